@@ -1,0 +1,168 @@
+"""Span records and their stable IDs ``path:start-end:digest``.
+
+A span is a contiguous range of lines of one file. Its text is the file's lines ``start..end``
+(1-based, inclusive) joined with ``\\n``, each without its line terminator, so a CRLF checkout and
+an LF checkout of the same code give the same digest. The digest is the first 12 hex characters
+of the sha256 of that text: a reader can check in microseconds whether the span still matches the
+file, and find it again when only its line numbers moved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+from rag_mcp.errors import InvalidArgument
+
+DIGEST_LEN = 12
+MAX_ID_LEN = 1100
+MAX_PATH_LEN = 1024
+
+KINDS = ("code", "doc", "text")
+
+_ID_TAIL = re.compile(r":(\d{1,9})-(\d{1,9}):([0-9a-f]{12})\Z")
+
+
+def split_lines(text: str) -> list[str]:
+    """Split file text into lines the way editors number them (only ``\\n`` ends a line)."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def span_text(lines: list[str], start_line: int, end_line: int) -> str:
+    """The exact text of lines ``start_line..end_line`` (1-based, inclusive)."""
+    return "\n".join(lines[start_line - 1 : end_line])
+
+
+def digest(text: str) -> str:
+    """First 12 hex characters of the sha256 of the span text."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_LEN]
+
+
+def content_hash(data: bytes) -> str:
+    """Full sha256 of a file's bytes, the manifest's change detector."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def make_span_id(path: str, start_line: int, end_line: int, text_digest: str) -> str:
+    return f"{path}:{start_line}-{end_line}:{text_digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class SpanId:
+    path: str
+    start_line: int
+    end_line: int
+    digest: str
+
+    def __str__(self) -> str:
+        return make_span_id(self.path, self.start_line, self.end_line, self.digest)
+
+
+def parse_span_id(span_id: object) -> SpanId:
+    """Check the shape of a span ID and split it; raises ``InvalidArgument`` with the reason.
+
+    Only the shape is checked here; whether the path is safe and indexed is the store's job.
+    """
+    if not isinstance(span_id, str):
+        raise InvalidArgument("span_id must be a string like 'src/app.py:10-42:3f2a9c1be07d'")
+    if not span_id:
+        raise InvalidArgument("span_id is empty; pass an id returned by rag_query")
+    if len(span_id) > MAX_ID_LEN:
+        raise InvalidArgument(f"span_id is too long ({len(span_id)} characters, max {MAX_ID_LEN})")
+    if "\x00" in span_id:
+        raise InvalidArgument("span_id contains a NUL byte")
+    match = _ID_TAIL.search(span_id)
+    if match is None:
+        raise InvalidArgument(
+            "span_id must look like 'path:start-end:digest' with a 12-character hex digest, "
+            "e.g. 'src/app.py:10-42:3f2a9c1be07d'; use an id returned by rag_query"
+        )
+    path = span_id[: match.start()]
+    start, end = int(match.group(1)), int(match.group(2))
+    if not path:
+        raise InvalidArgument("span_id has an empty path")
+    if start < 1 or end < start:
+        raise InvalidArgument(f"span_id has an invalid line range {start}-{end}")
+    return SpanId(path, start, end, match.group(3))
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """What a chunker returns: a line range of one file plus what it knows about it.
+
+    Chunkers are pure: text in, chunks out. The indexing pipeline attaches path, text and ID.
+    """
+
+    start_line: int
+    end_line: int
+    kind: str
+    symbol: str | None = None
+    parent: str | None = None
+    heading: str | None = None
+    #: a one-line signature or heading shown in search results
+    preview: str = ""
+    #: the enclosing unit's signature, prefixed to the embedded text of a split piece
+    context: str = ""
+    #: extra facts (Markdown front matter, DokuWiki page id), flat strings only
+    meta: tuple[tuple[str, str], ...] = ()
+    #: why this file fell back to line windows ("" for AST or heading spans)
+    fallback: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One indexed span: the record the store keeps and the tools return."""
+
+    path: str
+    start_line: int
+    end_line: int
+    digest: str
+    kind: str
+    language: str
+    symbol: str | None = None
+    parent: str | None = None
+    heading: str | None = None
+    preview: str = ""
+    byte_len: int = 0
+    file_hash: str = ""
+    chunker_version: str = ""
+    meta: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def id(self) -> str:
+        return make_span_id(self.path, self.start_line, self.end_line, self.digest)
+
+    @property
+    def label(self) -> str:
+        """The symbol or heading path, whichever the span has."""
+        return self.symbol or self.heading or ""
+
+
+# What the model sees for a span: where it is, what it is, then the code or prose itself. The
+# stored text (and the digest) is the exact span; this prefix only steers the embedding.
+EMBED_TEXT_VERSION = "1"
+
+
+def embedding_text(path: str, label: str | None, context: str, text: str) -> str:
+    """The text embedded for a span: path, symbol or heading path, split context, then text."""
+    head = [path]
+    if label:
+        head.append(label)
+    if context:
+        head.append(context)
+    return "\n".join(head) + "\n" + text
+
+
+def embedding_key(model_identity: str, embedded: str) -> str:
+    """Content key of a vector: the same model and text always give the same key."""
+    h = hashlib.sha256()
+    h.update(model_identity.encode())
+    h.update(b"\x00")
+    h.update(embedded.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()[:32]
