@@ -1,0 +1,166 @@
+"""Reading an index: open the current generation, check it, follow CURRENT as it moves."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rag_mcp import generation as gen
+from rag_mcp.catalog import Catalog
+from rag_mcp.config import Settings
+from rag_mcp.errors import IndexUnavailable, RagError
+from rag_mcp.lexical import LexicalIndex
+from rag_mcp.store import VectorStore
+
+log = logging.getLogger(__name__)
+
+
+def index_command(settings: Settings, *, rebuild: bool = False) -> str:
+    """The exact command that (re)builds this index, for error messages."""
+    cmd = f"rag-index --root {settings.root}"
+    return cmd + " --rebuild" if rebuild else cmd
+
+
+def open_vectors(settings: Settings, gen_dir: Path, name: str, *, create: bool) -> VectorStore:
+    """The vector store of a generation: its own folder, or the shared server collection."""
+    if settings.chroma_url:
+        return VectorStore.http(
+            settings.chroma_url, name, tenant=settings.chroma_tenant,
+            database=settings.chroma_database, token=settings.chroma_token, create=create,
+        )
+    return VectorStore.embedded(gen_dir / gen.CHROMA, name, create=create)
+
+
+class OpenIndex:
+    """One published generation, opened and checked; immutable while open."""
+
+    def __init__(self, settings: Settings, pointer: gen.Pointer) -> None:
+        self.pointer = pointer
+        self.generation = pointer.generation
+        self.dir = pointer.dir
+        self._pin = gen.ReaderPin(pointer.dir) if pointer.dir.is_dir() else None
+        self.catalog: Catalog | None = None
+        self.vectors: VectorStore | None = None
+        try:
+            self.manifest = gen.read_manifest(pointer.dir)
+            self.catalog = Catalog(pointer.dir / gen.CATALOG, readonly=True)
+            counts = self.catalog.counts()
+            if counts["spans"] != self.manifest.get("spans"):
+                raise IndexUnavailable(
+                    f"generation {pointer.dir.name} is inconsistent: the catalog holds "
+                    f"{counts['spans']} spans, the manifest says {self.manifest.get('spans')}"
+                )
+            self.lexical = LexicalIndex(pointer.dir / gen.LEXICAL)
+            if self.lexical.num_docs() != counts["spans"]:
+                raise IndexUnavailable(
+                    f"generation {pointer.dir.name} is inconsistent: the lexical index does "
+                    "not match the catalog"
+                )
+            self.vectors = open_vectors(settings, pointer.dir,
+                                        str(self.manifest.get("vector_collection", "")),
+                                        create=False)
+            if not settings.chroma_url and self.vectors.count() != self.manifest.get("vectors"):
+                raise IndexUnavailable(
+                    f"generation {pointer.dir.name} is inconsistent: the vector store does not "
+                    "match the manifest"
+                )
+            self.counts = counts
+        except RagError:
+            self.close()
+            raise
+        except Exception as exc:  # sqlite/tantivy/chroma damage surfaces as many types
+            self.close()
+            raise IndexUnavailable(
+                f"generation {pointer.dir.name} cannot be read ({type(exc).__name__})"
+            ) from exc
+
+    def close(self) -> None:
+        if self.vectors is not None:
+            self.vectors.close()
+            self.vectors = None
+        if self.catalog is not None:
+            self.catalog.close()
+        if self._pin is not None:
+            self._pin.release()
+            self._pin = None
+
+
+class IndexHandle:
+    """The index a server reads: reopens when ``rag-index`` publishes a new generation.
+
+    ``get()`` costs one ``stat`` when nothing changed. A failed open is remembered for a moment
+    so a broken index does not make every query retry the whole open.
+    """
+
+    RETRY_SECONDS = 1.0
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.base = settings.index_path
+        self._lock = threading.Lock()
+        self._open: OpenIndex | None = None
+        self._retired: list[OpenIndex] = []
+        self._error: IndexUnavailable | None = None
+        self._error_stamp: Any = None
+        self._error_at = 0.0
+        self.reloads = 0
+
+    def _unavailable(self, why: str) -> IndexUnavailable:
+        return IndexUnavailable(
+            f"{why}; build it with `{index_command(self.settings)}`",
+            details={"command": index_command(self.settings)},
+        )
+
+    def get(self) -> OpenIndex:
+        stamp = gen.pointer_stamp(self.base)
+        cur = self._open
+        if cur is not None and stamp == cur.pointer.stamp:
+            return cur
+        with self._lock:
+            cur = self._open
+            if cur is not None and stamp == cur.pointer.stamp:
+                return cur
+            if (self._error is not None and stamp == self._error_stamp
+                    and time.monotonic() - self._error_at < self.RETRY_SECONDS):
+                raise self._error
+            try:
+                pointer = gen.read_pointer(self.base)
+                if pointer is None:
+                    raise self._unavailable(f"no index for {self.settings.root} yet")
+                fresh = OpenIndex(self.settings, pointer)
+            except IndexUnavailable as exc:
+                if "build it with" not in exc.message:
+                    exc = IndexUnavailable(
+                        f"{exc.message}; rebuild it with "
+                        f"`{index_command(self.settings, rebuild=True)}`",
+                        details={"command": index_command(self.settings, rebuild=True)},
+                    )
+                self._error, self._error_stamp, self._error_at = exc, stamp, time.monotonic()
+                raise exc from None
+            self._error = None
+            if cur is not None:
+                # Queries in flight may still use the old generation: close it on the next swap.
+                for old in self._retired:
+                    old.close()
+                self._retired = [cur]
+            self._open = fresh
+            self.reloads += 1
+            log.info("opened index generation %d (%d spans)", fresh.generation,
+                     fresh.counts["spans"])
+            return fresh
+
+    def peek(self) -> OpenIndex | None:
+        """The open generation without checking for a newer one (health, stats)."""
+        return self._open
+
+    def close(self) -> None:
+        with self._lock:
+            for old in self._retired:
+                old.close()
+            self._retired = []
+            if self._open is not None:
+                self._open.close()
+                self._open = None

@@ -1,0 +1,175 @@
+"""The dense vector store: a Chroma collection of span embeddings, keyed by content.
+
+Chroma keeps only vectors and their keys. A key is a hash of (model identity, embedded text), so
+a span whose lines moved but whose text did not keeps its vector, identical spans share one, and
+vectors of two models can never mix. Span text and metadata live in the generation's SQLite file
+(``rag_mcp.catalog``): measured at 50k spans, text inside Chroma cost ~8x the raw text on disk,
+and a Chroma ``where`` filter took 50-100 ms against ~5 ms unfiltered, so filters are applied to
+over-fetched candidates from our own metadata instead.
+
+This is the only module that imports ``chromadb``; its errors are translated here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+
+from rag_mcp.errors import IndexUnavailable, InvalidArgument
+
+log = logging.getLogger(__name__)
+
+# Chroma phones home unless told not to; set before chromadb is first imported.
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+_ADD_BATCH = 4096
+
+
+def _chroma() -> Any:
+    import chromadb
+
+    return chromadb
+
+
+def _settings(**kw: Any) -> Any:
+    from chromadb.config import Settings
+
+    return Settings(anonymized_telemetry=False, **kw)
+
+
+class VectorStore:
+    """One Chroma collection: add, delete and query vectors by key."""
+
+    def __init__(self, client: Any, collection: Any, *, owns_client: bool) -> None:
+        self._client = client
+        self._col = collection
+        self._owns_client = owns_client
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def embedded(cls, path: Path, name: str, *, create: bool) -> VectorStore:
+        """A persistent store in the folder ``path`` (one per index generation)."""
+        if not create and not path.is_dir():
+            raise IndexUnavailable(f"vector store folder {path.name} is missing")
+        try:
+            client = _chroma().PersistentClient(path=str(path), settings=_settings())
+            col = cls._collection(client, name, create)
+        except IndexUnavailable:
+            raise
+        except Exception as exc:  # chromadb raises many types (Rust bindings, sqlite, pickle)
+            raise IndexUnavailable(f"cannot open the vector store: {type(exc).__name__}") from exc
+        return cls(client, col, owns_client=True)
+
+    @classmethod
+    def http(cls, url: str, name: str, *, tenant: str, database: str, token: str,
+             create: bool) -> VectorStore:
+        """A collection on a Chroma server (``RAG_CHROMA_URL``)."""
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise InvalidArgument(
+                f"store.chroma_url must look like http://host:8000 (env RAG_CHROMA_URL), got {url!r}"
+            )
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        port = parsed.port or (443 if parsed.scheme == "https" else 8000)
+        try:
+            client = _chroma().HttpClient(
+                host=parsed.hostname, port=port, ssl=parsed.scheme == "https", headers=headers,
+                tenant=tenant, database=database, settings=_settings(),
+            )
+            col = cls._collection(client, name, create)
+        except IndexUnavailable:
+            raise
+        except Exception as exc:
+            raise IndexUnavailable(
+                f"cannot reach the Chroma server at {parsed.scheme}://{parsed.hostname}:{port} "
+                f"({type(exc).__name__}); is `chroma run` up? (RAG_CHROMA_URL)"
+            ) from exc
+        return cls(client, col, owns_client=True)
+
+    @staticmethod
+    def _collection(client: Any, name: str, create: bool) -> Any:
+        if create:
+            return client.get_or_create_collection(
+                name, metadata={"hnsw:space": "cosine"}, embedding_function=None
+            )
+        try:
+            return client.get_collection(name, embedding_function=None)
+        except Exception as exc:
+            raise IndexUnavailable(f"the vector collection {name} does not exist") from exc
+
+    # -- operations --------------------------------------------------------------------------
+    def add(self, keys: Sequence[str], vectors: np.ndarray) -> None:
+        if not len(keys):
+            return
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        for i in range(0, len(keys), _ADD_BATCH):
+            self._col.upsert(ids=list(keys[i : i + _ADD_BATCH]), embeddings=vectors[i : i + _ADD_BATCH])
+
+    def delete(self, keys: Sequence[str]) -> None:
+        keys = list(keys)
+        for i in range(0, len(keys), _ADD_BATCH):
+            self._col.delete(ids=keys[i : i + _ADD_BATCH])
+
+    def existing(self, keys: Sequence[str]) -> set[str]:
+        """The subset of ``keys`` already stored (a server shared by several indexers)."""
+        found: set[str] = set()
+        keys = list(keys)
+        for i in range(0, len(keys), _ADD_BATCH):
+            got = self._col.get(ids=keys[i : i + _ADD_BATCH], include=[])
+            found.update(got["ids"])
+        return found
+
+    def all_keys(self) -> set[str]:
+        total = self.count()
+        found: set[str] = set()
+        for offset in range(0, total, 10_000):
+            found.update(self._col.get(include=[], limit=10_000, offset=offset)["ids"])
+        return found
+
+    def vectors(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        got = self._col.get(ids=list(keys), include=["embeddings"])
+        return {k: np.asarray(v, dtype=np.float32) for k, v in zip(got["ids"], got["embeddings"])}
+
+    def query(self, vector: np.ndarray, n: int) -> list[tuple[str, float]]:
+        """Nearest keys with cosine similarity, best first."""
+        if n <= 0:
+            return []
+        try:
+            res = self._col.query(
+                query_embeddings=np.asarray(vector, dtype=np.float32).reshape(1, -1),
+                n_results=n, include=["distances"],
+            )
+        except Exception as exc:
+            raise IndexUnavailable(
+                f"the vector store failed to answer ({type(exc).__name__}); "
+                "re-run `rag-index` to rebuild it"
+            ) from exc
+        ids = res["ids"][0]
+        dists = res["distances"][0] if res.get("distances") else [1.0] * len(ids)
+        return [(k, 1.0 - float(d)) for k, d in zip(ids, dists)]
+
+    def count(self) -> int:
+        return int(self._col.count())
+
+    def close(self) -> None:
+        if self._owns_client and self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # closing a half-opened client must never mask the real error
+                log.debug("closing the Chroma client failed", exc_info=True)
+            self._client = None
+
+
+def delete_collection(url: str, name: str, *, tenant: str, database: str, token: str) -> None:
+    """Drop a collection on a Chroma server (``rag-index --rebuild`` in server mode)."""
+    store = VectorStore.http(url, name, tenant=tenant, database=database, token=token, create=True)
+    try:
+        store._client.delete_collection(name)
+    finally:
+        store.close()
