@@ -1,0 +1,591 @@
+"""Which files of a repository get indexed: git's ignore rules plus rag-mcp's own skip rules.
+
+Path rules, first match names the reason counted in ``WalkResult.skipped`` (a pruned directory
+counts once; nothing under it is listed):
+
+- directories by name: ``vcs`` (.git ...), ``vendored`` (node_modules, bower_components, vendor,
+  .venv, venv), ``build_output`` (build, dist, target, out, caches, ``*.egg-info``; bin/obj only
+  next to a .NET project file), ``index_dir``; then by content marker once listed: a
+  ``pyvenv.cfg`` or ``conda-meta`` inside means ``vendored``, a ``CACHEDIR.TAG`` ``build_output``.
+  ``third_party`` is kept on purpose: it is often first-party or patched source.
+- ``gitignore`` / ``ragignore``: nested .gitignore files, .git/info/exclude, .ragignore at any
+  level (after .gitignore at the same level, so it can re-include), then ``extra_ignore``
+  (root-relative, highest precedence). A root inside a work tree also gets the ignore files above
+  it, though the root itself is never judged: asking for a folder indexes it. The user's global
+  core.excludesFile is not read, so the index does not depend on who builds it. A nested
+  repository is walked as a plain folder.
+- files: ``secret`` (see ``secret_file_reason``), ``lock_file``, ``minified``, ``generated`` and
+  ``binary_ext`` by name, ``bad_name`` (not UTF-8);
+- after an lstat: ``symlink`` / ``symlink_outside`` (never followed), ``special`` (fifo, socket,
+  device), ``empty``, ``too_large``, ``unreadable``.
+Content rules run later on the bytes the pipeline reads: ``check_content``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rag_mcp.config import find_git_root
+from rag_mcp.errors import InvalidArgument
+
+_DIR_REASONS = {
+    **dict.fromkeys((".git", ".hg", ".svn", ".bzr"), "vcs"),
+    **dict.fromkeys(("node_modules", "bower_components", "vendor", ".venv", "venv"), "vendored"),
+    **dict.fromkeys((
+        "build", "dist", "target", "out", ".next", ".nuxt", ".svelte-kit", ".angular", "coverage",
+        "htmlcov", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis",
+        "__pycache__", ".gradle", ".eggs", ".cache", ".parcel-cache", ".turbo", ".dart_tool",
+        ".terraform",
+    ), "build_output"),
+}
+# A file or folder with this name inside a directory marks the whole directory.
+_DIR_MARKERS = {"pyvenv.cfg": "vendored", "conda-meta": "vendored", "CACHEDIR.TAG": "build_output"}
+# bin/ and obj/ are real source in many non-.NET trees, so they need a project file beside them.
+_DOTNET_OUTPUT = frozenset({"bin", "obj"})
+_DOTNET_PROJECTS = (".csproj", ".fsproj", ".vbproj")
+
+_LOCK_FILES = frozenset("""
+    package-lock.json npm-shrinkwrap.json yarn.lock pnpm-lock.yaml bun.lock bun.lockb poetry.lock
+    Pipfile.lock pdm.lock uv.lock Cargo.lock Gemfile.lock composer.lock go.sum go.work.sum mix.lock
+    pubspec.lock Podfile.lock Package.resolved packages.lock.json flake.lock deno.lock
+    gradle.lockfile conda-lock.yml
+""".split())
+_MINIFIED_NAMES = (".min.js", ".min.mjs", ".min.css")
+_GENERATED_NAMES = (
+    "_pb2.py", "_pb2.pyi", "_pb2_grpc.py", ".pb.go", ".pb.gw.go", ".pb.cc", ".pb.h", ".map",
+    ".g.dart", ".freezed.dart",
+)
+_BINARY_EXTS = frozenset("." + e for e in """
+    png jpg jpeg gif bmp ico icns tif tiff webp avif heic psd xcf ai sketch fig raw cr2 nef
+    zip tar gz tgz bz2 xz zst lz4 lzma 7z rar jar war ear whl egg deb rpm apk ipa dmg iso msi cab
+    ttf otf woff woff2 eot
+    o obj a lib so dylib dll exe bin pyc pyo pyd class dex wasm elc beam ko node
+    mp3 mp4 m4a m4v wav flac ogg oga opus aac mid midi avi mov mkv webm wmv flv
+    pdf doc docx xls xlsx ppt pptx odt ods odp epub
+    sqlite sqlite3 db db3 mdb parquet feather arrow avro orc npy npz pkl pickle h5 hdf5
+    onnx pt pth ckpt safetensors tflite gguf swp swo
+""".split())
+_BINARY_NAMES = frozenset({".ds_store", ".coverage"})
+
+_SECRET_NAMES = frozenset("""
+    .netrc _netrc .pgpass .pypirc .git-credentials .envrc .s3cfg .vault-token htpasswd .htpasswd
+    credentials.json application_default_credentials.json secrets.yml secrets.yaml secrets.json
+""".split())
+_SECRET_IN_DIR = frozenset({(".aws", "credentials"), (".docker", "config.json"),
+                            (".kube", "config")})
+_SECRET_SUFFIXES = (
+    ".pem", ".key", ".p12", ".pfx", ".p8", ".ppk", ".jks", ".keystore", ".bks", ".kdbx", ".gpg",
+    ".tfvars", ".tfvars.json", ".tfstate", ".tfstate.backup",
+)
+_KEY_PREFIXES = ("id_rsa", "id_dsa", "id_ecdsa", "id_ed25519")
+_JSON_KEY_PREFIXES = ("service-account", "service_account", "client_secret")
+# .env.example and friends are committed on purpose to document the variables with placeholder
+# values, and they are useful to a reader; every other .env* / *.env file is treated as live.
+_ENV_TEMPLATES = frozenset({"example", "sample", "template", "dist"})
+
+
+def secret_file_reason(rel: str) -> str | None:
+    """``"secret"`` when the path names a credential file by convention, else None."""
+    parent, _, name = rel.lower().rpartition("/")
+    if (name in _SECRET_NAMES or name.endswith(_SECRET_SUFFIXES)
+            or (name.startswith(_KEY_PREFIXES) and not name.endswith(".pub"))
+            or (name.startswith(_JSON_KEY_PREFIXES) and name.endswith(".json"))
+            or (parent.rpartition("/")[2], name) in _SECRET_IN_DIR):
+        return "secret"
+    if name == ".env" or name.startswith(".env.") or name.endswith(".env"):
+        return None if _ENV_TEMPLATES.intersection(name.split(".")) else "secret"
+    return None
+
+
+def _name_reason(name: str) -> str | None:
+    if name in _LOCK_FILES:
+        return "lock_file"
+    low = name.lower()
+    if low.endswith(_MINIFIED_NAMES):
+        return "minified"
+    if low.endswith(_GENERATED_NAMES) or ".generated." in low:
+        return "generated"
+    dot = low.rfind(".")
+    if (dot > 0 and low[dot:] in _BINARY_EXTS) or low in _BINARY_NAMES:
+        return "binary_ext"
+    return None
+
+
+# ---- content rules ------------------------------------------------------------------------------
+
+_PRIVATE_KEY = re.compile(
+    rb"^(?:-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|PuTTY-User-Key-File-)", re.M)
+_TOKEN_FILES = frozenset({".npmrc", ".yarnrc", ".yarnrc.yml"})
+_TOKEN_LINE = re.compile(
+    rb"^[ \t]*(?:\S*:)?(?:_authToken|_auth|_password|npmAuthToken|npmAuthIdent)[ \t]*[=:][ \t]*"
+    rb"[\"']?([^\s\"']*)", re.M)
+_ENV_REFERENCE = re.compile(rb"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+_GENERATED_MARK = re.compile(
+    rb"@generated\b|do not edit|<auto-generated|"
+    rb"\b(?:this|the) (?:file|code) (?:is|was|has been) (?:automatically |auto-?)generated", re.I)
+_COMMENT_STARTS = (b"//", b"#", b"/*", b"*", b"--", b"<!--", b";", b"%", b"{-", b"(*")
+_MINIFIABLE = (".js", ".mjs", ".cjs", ".css")
+# Bytes that never occur in text; high bytes are judged by UTF-8 decoding instead.
+_CONTROL = bytes(b for b in range(32) if b not in b"\t\n\r\f\v\b\x1b")
+_TEXTISH = bytes(b for b in range(256) if b not in _CONTROL)
+
+
+def check_content(rel: str, data: bytes) -> str | None:
+    """Reason to skip a file once read (``binary``, ``secret``, ``generated``, ``minified``,
+    ``empty``); None means index it. Looks only at the first few KB except for line lengths."""
+    if not data:
+        return "empty"
+    name = rel.rpartition("/")[2].lower()
+    if _PRIVATE_KEY.search(data, 0, 1024):
+        return "secret"
+    if name in _TOKEN_FILES and any(
+        m.group(1) and not _ENV_REFERENCE.fullmatch(m.group(1)) for m in _TOKEN_LINE.finditer(data)
+    ):
+        return "secret"
+    sample = data[:8192]
+    if b"\0" in sample:
+        return "binary"
+    odd = len(sample.translate(None, _TEXTISH))
+    # A cut multi-byte character at the end of the sample costs one replacement, not a verdict.
+    odd += sample.decode("utf-8", "replace").count("\ufffd")
+    if odd * 10 > len(sample) * 3:
+        return "binary"
+    for line in sample[:2048].splitlines()[:12]:
+        line = line.lstrip()
+        if line.startswith(_COMMENT_STARTS) and _GENERATED_MARK.search(line):
+            return "generated"
+    if name.endswith(_MINIFIABLE) and len(data) >= 1024:
+        if len(data) / (data.count(b"\n") + 1) > 300:
+            return "minified"
+    return None
+
+
+# ---- gitignore patterns -------------------------------------------------------------------------
+
+_NEVER = "(?!)"
+_CLASSES = {
+    "alnum": "a-zA-Z0-9", "alpha": "a-zA-Z", "blank": " \\t", "cntrl": "\\x00-\\x1f\\x7f",
+    "digit": "0-9", "graph": "!-~", "lower": "a-z", "print": " -~",
+    "punct": "!-/:-@\\[-`{-~", "space": " \\t\\n\\r\\f\\v", "upper": "A-Z", "xdigit": "0-9A-Fa-f",
+}
+
+
+def _esc(c: str) -> str:
+    return "\\" + c if c in "\\]^-[" else c
+
+
+def _bracket(pat: str, i: int) -> tuple[str | None, int]:
+    """Translate a ``[...]`` set starting after the ``[`` like git's wildmatch; None = abort."""
+    n = len(pat)
+    negated = i < n and pat[i] in "!^"
+    i += negated
+    items: list[str] = []
+    prev: str | None = None
+    first = True
+    while True:
+        if i >= n:
+            return None, i  # unterminated: wildmatch gives up and the pattern matches nothing
+        c = pat[i]
+        if c == "]" and not first:
+            break
+        first = False
+        if c == "\\":
+            if i + 1 >= n:
+                return None, i
+            prev = pat[i + 1]
+            items.append(_esc(prev))
+            i += 2
+        elif c == "-" and prev is not None and i + 1 < n and pat[i + 1] != "]":
+            hi, i = pat[i + 1], i + 2
+            if hi == "\\":
+                if i >= n:
+                    return None, i
+                hi, i = pat[i], i + 1
+            if prev <= hi:  # a reversed range matches nothing in wildmatch; re rejects it
+                items.append(f"{_esc(prev)}-{_esc(hi)}")
+            prev = None
+        elif c == "[" and pat.startswith(":", i + 1):
+            end = pat.find("]", i + 2)
+            if end == -1:
+                return None, i
+            if end - 1 >= i + 2 and pat[end - 1] == ":":
+                cls = _CLASSES.get(pat[i + 2:end - 1])
+                if cls is None:
+                    return None, i
+                items.append(cls)
+                prev, i = None, end + 1
+            else:
+                items.append(_esc("["))
+                prev, i = "[", i + 1
+        else:
+            items.append(_esc(c))
+            prev, i = c, i + 1
+    body = "".join(items)
+    if negated:
+        return f"[^/{body}]", i + 1
+    return (f"(?!/)[{body}]" if body else "(?!)"), i + 1
+
+
+def _translate(pat: str) -> str:
+    """Regex source for one pattern body under git's wildmatch with WM_PATHNAME."""
+    out: list[str] = []
+    i, n = 0, len(pat)
+    # git compares the literal head of a pattern itself and hands only the rest to wildmatch,
+    # so a "**" right after that head counts as leading: "a**/b" matches "a/x/b".
+    head = next((k for k, ch in enumerate(pat) if ch in "*?[\\"), n)
+    while i < n:
+        c = pat[i]
+        if c == "*":
+            j = i
+            while j < n and pat[j] == "*":
+                j += 1
+            # "**" is special only as a whole path component; elsewhere it is a plain "*".
+            if j - i > 1 and (i == head or pat[i - 1] == "/") and (j == n or pat[j] == "/"):
+                out.append(".*" if j == n else "(?:.*/)?")
+                j += j < n
+            else:
+                out.append("[^/]*")
+            i = j
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            cls, i = _bracket(pat, i + 1)
+            if cls is None:
+                return _NEVER
+            out.append(cls)
+        elif c == "\\":
+            if i + 1 == n:
+                return _NEVER
+            out.append(re.escape(pat[i + 1]))
+            i += 2
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    match: Callable[[str], object]
+    negated: bool
+    dir_only: bool
+    basename: bool  # no slash in the pattern: matched against the last path component only
+    reason: str
+
+
+def _any_of(rules: list[tuple[_Rule, str]], on_name: bool, is_dir: bool
+            ) -> Callable[[str], object]:
+    alts = [f"(?:{src})" for r, src in rules
+            if r.basename is on_name and (is_dir or not r.dir_only)]
+    return re.compile("|".join(alts) or _NEVER, re.S).fullmatch
+
+
+class _RuleFile:
+    """The rules of one ignore file, last line first, tied to its folder (``baselen`` chars of
+    the top-relative path)."""
+
+    __slots__ = ("rules", "baselen", "quick")
+
+    def __init__(self, rules: list[tuple[_Rule, str]], baselen: int) -> None:
+        self.rules = tuple(r for r, _ in reversed(rules))
+        self.baselen = baselen
+        # One alternation per subject answers "does any rule match?" in a single regex call, so
+        # the common miss costs two calls per file instead of one per rule; a hit scans in order.
+        self.quick = ((_any_of(rules, True, False), _any_of(rules, False, False)),
+                      (_any_of(rules, True, True), _any_of(rules, False, True)))
+
+    def first_match(self, path: str, name: str, is_dir: bool) -> _Rule | None:
+        in_name, in_path = self.quick[is_dir]
+        sub = path[self.baselen:]
+        if in_name(name) or in_path(sub):
+            for r in self.rules:
+                if (is_dir or not r.dir_only) and r.match(name if r.basename else sub):
+                    return r
+        return None
+
+
+# Ignore files in precedence order: extra_ignore, then the deepest folder's file first.
+_Stack = tuple[_RuleFile, ...]
+# Trailing spaces are dropped unless backslash-escaped; a trailing lone backslash keeps all.
+_UNTRAILED = re.compile(r"((?:\\.|[^\\])*?) *", re.S)
+
+
+def parse_ignore(text: str, base: str = "", reason: str = "gitignore") -> _Stack:
+    """The rules of one ignore file whose folder is ``base`` ("" or "dir/", top-relative)."""
+    rules: list[tuple[_Rule, str]] = []
+    for raw in text.removeprefix("\ufeff").split("\n"):
+        line = raw.removesuffix("\r")
+        if not line or line.startswith("#"):
+            continue
+        trimmed = _UNTRAILED.fullmatch(line)
+        line = trimmed.group(1) if trimmed else line
+        negated = line.startswith("!")
+        line = line[negated:]
+        dir_only = line.endswith("/")
+        line = line[: len(line) - dir_only]
+        if not line:
+            continue
+        src = _translate(line.removeprefix("/"))
+        rules.append((_Rule(re.compile(src, re.S).fullmatch, negated, dir_only, "/" not in line,
+                            reason), src))
+    return (_RuleFile(rules, len(base)),) if rules else ()
+
+
+def _read_rules(path: str, base: str, reason: str) -> _Stack:
+    # git refuses to follow a symlinked .gitignore (2.32+); O_NOFOLLOW makes us agree.
+    try:
+        with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return ()
+    return parse_ignore(data.decode("utf-8", "surrogateescape"), base, reason)
+
+
+def _git_common_dir(top: Path) -> Path | None:
+    """The folder holding ``info/exclude``: .git itself, or what a .git file points to."""
+    dotgit = top / ".git"
+    if dotgit.is_dir():
+        return dotgit
+    try:
+        text = dotgit.read_text("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    gitdir = top / text[7:].strip()
+    try:  # a linked worktree keeps info/ in the main repository's common dir
+        return gitdir / (gitdir / "commondir").read_text("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return gitdir
+
+
+# ---- the matcher and the walk -------------------------------------------------------------------
+
+def _first_match(stack: _Stack, path: str, name: str, is_dir: bool) -> _Rule | None:
+    for rule_file in stack:
+        rule = rule_file.first_match(path, name, is_dir)
+        if rule is not None:
+            return rule
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A file that passed the path-level rules; its content has not been read yet."""
+
+    rel: str
+    abs_path: Path
+    size: int
+    mtime_ns: int
+
+
+@dataclass
+class WalkResult:
+    files: list[Candidate]
+    skipped: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+def _parts(rel: str) -> list[str]:
+    return [p for p in rel.replace(os.sep, "/").split("/") if p not in ("", ".")]
+
+
+class IgnoreMatcher:
+    """The walk's rules for single paths, for a file watcher. Ignore files are cached per
+    directory: call ``reset()`` after a .gitignore/.ragignore changes."""
+
+    def __init__(self, root: Path, extra_ignore: Sequence[str] = (), *,
+                 index_dir: Path | None = None, max_file_bytes: int = 1_000_000) -> None:
+        self.root = Path(os.path.realpath(root))
+        self.max_file_bytes = max_file_bytes
+        self._root_prefix = self.root.as_posix().rstrip("/") + "/"
+        index = Path(index_dir) if index_dir is not None else Path(".rag")
+        index_rel = os.path.relpath(os.path.realpath(self.root / index), self.root)
+        outside = index_rel == ".." or index_rel.startswith("../")
+        self._index_rel = None if outside else Path(index_rel).as_posix()
+        top = find_git_root(self.root) or self.root
+        self._top = top
+        self._prefix = "" if top == self.root else self.root.relative_to(top).as_posix() + "/"
+        self._extra = parse_ignore("\n".join(extra_ignore), self._prefix, "ragignore")
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget cached ignore files and directory verdicts."""
+        common = _git_common_dir(self._top)
+        outer = _read_rules(str(common / "info" / "exclude"), "", "gitignore") if common else ()
+        # When the root is a subfolder of a work tree, the ignore files above it still apply.
+        parts = self._prefix.split("/")[:-1]
+        for depth in range(len(parts)):
+            base = "".join(p + "/" for p in parts[:depth])
+            outer = self._own_rules(os.path.join(self._top, base), base) + outer
+        self._outer = outer
+        self._stacks: dict[str, _Stack] = {}
+        self._dir_verdicts: dict[str, str | None] = {}
+
+    def _own_rules(self, folder: str, base: str, names: set[str] | None = None) -> _Stack:
+        # .ragignore comes after .gitignore at the same level, so it wins there
+        rag = _read_rules(os.path.join(folder, ".ragignore"), base, "ragignore") if (
+            names is None or ".ragignore" in names) else ()
+        git = _read_rules(os.path.join(folder, ".gitignore"), base, "gitignore") if (
+            names is None or ".gitignore" in names) else ()
+        return rag + git
+
+    def _stack(self, d: str, names: set[str] | None = None) -> _Stack:
+        """Rules that apply to the entries of directory ``d`` ("" is the root)."""
+        stack = self._stacks.get(d)
+        if stack is None:
+            parent = self._stack(d.rpartition("/")[0]) if d else self._outer
+            own = self._own_rules(os.path.join(self.root, d), self._prefix + (d + "/" if d else ""),
+                                  names)
+            stack = self._stacks[d] = own + parent if own else parent
+        return stack
+
+    def _path_reason(self, rel: str, name: str, is_dir: bool, stack: _Stack,
+                     dotnet: bool) -> str | None:
+        if not name.isascii():
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:  # undecodable bytes arrive as surrogates from os
+                return "bad_name"
+        if name == ".git":  # a folder, or a file pointing elsewhere (worktree, submodule)
+            return "vcs"
+        if is_dir:
+            reason = _DIR_REASONS.get(name)
+            if reason or (dotnet and name in _DOTNET_OUTPUT) or name.endswith(".egg-info"):
+                return reason or "build_output"
+            if rel == self._index_rel:
+                return "index_dir"
+        path = self._prefix + rel
+        rule = _first_match(self._extra, path, name, is_dir) or _first_match(
+            stack, path, name, is_dir)
+        if rule is not None and not rule.negated:
+            return rule.reason
+        if is_dir:
+            return None
+        return secret_file_reason(rel) or _name_reason(name)
+
+    def _stat_reason(self, abs_path: str, st: os.stat_result) -> str | None:
+        if stat.S_ISLNK(st.st_mode):
+            inside = (os.path.realpath(abs_path) + "/").startswith(self._root_prefix)
+            return "symlink" if inside else "symlink_outside"
+        if not stat.S_ISREG(st.st_mode):
+            return "special"
+        if st.st_size == 0:
+            return "empty"
+        if st.st_size > self.max_file_bytes:
+            return "too_large"
+        # os.access costs a syscall; a world-readable file needs none (ACLs aside: the pipeline
+        # still copes with a failed read).
+        if st.st_mode & 0o444 != 0o444 and not os.access(abs_path, os.R_OK):
+            return "unreadable"
+        return None
+
+    def _has_dotnet_project(self, d: str) -> bool:
+        try:
+            return any(n.endswith(_DOTNET_PROJECTS) for n in os.listdir(self.root / d))
+        except OSError:
+            return False
+
+    def is_ignored(self, rel: str, is_dir: bool = False) -> str | None:
+        """The path-level reason ``walk`` would skip ``rel`` (or an ancestor) for, else None;
+        ``"outside_root"`` for a path with "..". Size, type and symlink need an lstat: ``check``."""
+        parts = _parts(rel)
+        if ".." in parts:
+            return "outside_root"
+        parent = ""
+        for i, name in enumerate(parts):
+            cur = f"{parent}/{name}" if parent else name
+            last = i == len(parts) - 1
+            if not last or is_dir:
+                reason = self._dir_verdicts.get(cur, "?")
+                if reason == "?":
+                    dotnet = name in _DOTNET_OUTPUT and self._has_dotnet_project(parent)
+                    reason = self._path_reason(cur, name, True, self._stack(parent), dotnet)
+                    reason = reason or next((r for m, r in _DIR_MARKERS.items()
+                                             if os.path.lexists(self.root / cur / m)), None)
+                    self._dir_verdicts[cur] = reason
+            else:
+                reason = self._path_reason(cur, name, False, self._stack(parent), False)
+            if reason:
+                return reason
+            parent = cur
+        return None
+
+    def check(self, rel: str) -> Candidate | str:
+        """A ``Candidate`` for a file ``walk`` would index, else the reason it would skip it
+        (``"directory"`` for a folder it would descend into)."""
+        parts = _parts(rel)
+        if ".." in parts:
+            return "outside_root"
+        rel = "/".join(parts)
+        abs_path = self.root / rel
+        try:
+            st = abs_path.lstat()
+        except OSError:
+            return "unreadable"
+        is_dir = stat.S_ISDIR(st.st_mode)
+        reason = self.is_ignored(rel, is_dir) or ("directory" if is_dir else None)
+        reason = reason or self._stat_reason(str(abs_path), st)
+        return reason or Candidate(rel, abs_path, st.st_size, st.st_mtime_ns)
+
+
+def walk(root: Path, *, max_file_bytes: int = 1_000_000, extra_ignore: Sequence[str] = (),
+         index_dir: Path | None = None,
+         on_skip: Callable[[str, str], None] | None = None) -> WalkResult:
+    """List the files under ``root`` that pass the path rules, pruning skipped directories.
+
+    Stats every entry, reads only ignore files. ``on_skip(rel, reason)`` sees every skip.
+    """
+    if not os.path.isdir(root):
+        raise InvalidArgument(f"repository root {root} is not a directory; pass an existing folder")
+    m = IgnoreMatcher(root, extra_ignore, index_dir=index_dir, max_file_bytes=max_file_bytes)
+    result = WalkResult(files=[])
+    skipped = result.skipped
+    root_dir = str(m.root)
+
+    def skip(rel: str, reason: str) -> None:
+        skipped[reason] += 1
+        if on_skip is not None:
+            on_skip(rel, reason)
+
+    todo = [""]
+    while todo:
+        d = todo.pop()
+        try:
+            with os.scandir(os.path.join(root_dir, d)) as it:
+                entries = list(it)
+        except OSError:
+            skip(d, "unreadable")
+            continue
+        names = {e.name for e in entries}
+        marker = next((r for n, r in _DIR_MARKERS.items() if n in names), None) if d else None
+        if marker:
+            skip(d, marker)
+            continue
+        stack = m._stack(d, names)
+        dotnet = any(n.endswith(_DOTNET_PROJECTS) for n in names)
+        for e in entries:
+            rel = f"{d}/{e.name}" if d else e.name
+            try:
+                is_dir = e.is_dir(follow_symlinks=False)
+                reason = m._path_reason(rel, e.name, is_dir, stack, dotnet)
+                if reason is None and is_dir:
+                    todo.append(rel)
+                    continue
+                if reason is None:
+                    st = e.stat(follow_symlinks=False)
+                    reason = m._stat_reason(e.path, st)
+            except OSError:
+                reason = "unreadable"
+            if reason:
+                skip(rel, reason)
+            else:
+                result.files.append(Candidate(rel, Path(e.path), st.st_size, st.st_mtime_ns))
+    result.files.sort(key=lambda c: c.rel)
+    return result
