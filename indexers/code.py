@@ -1,0 +1,438 @@
+"""AST-aware code chunker: one span per definition, small statements merged, big units split.
+
+The language facts live in ``queries/<lang>.scm`` and the table in ``languages.py``; this module
+is one generic loop keyed on the query's capture names:
+
+- ``@definition.<kind>`` + ``@name`` (+ ``@parent``, a Go receiver type): a definition. Kinds
+  ``function``, ``method`` and ``macro`` are leaves (nested functions stay inside them); every
+  other kind (class, struct, impl, module, namespace, ...) is a container whose members get
+  spans of their own while its header and fields make the container's own spans.
+- ``@doc`` (comments, decorators, attributes): joins the definition right below it.
+- ``@block`` (statement lists): a unit over the budget is cut only between their children.
+  ``@doc`` and ``@block`` patterns list plain node types (checked when the grammar loads).
+
+Symbols are dotted paths: ``Indexer.run``, ``Outer.Inner.m``, Go ``Store.Get`` (receiver),
+Rust ``Span.len`` (``impl Span``), and a C++ out-of-line ``Cache::find`` is ``Cache.find``:
+``::`` is always written ``.`` so one convention serves every language.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import TYPE_CHECKING, NamedTuple
+
+from indexers.languages import grammar, parser_for
+from rag_mcp.spans import Chunk
+
+if TYPE_CHECKING:
+    from tree_sitter import Node
+
+    from indexers.languages import Grammar
+
+#: bump when the spans produced for the same file change; the index rebuilds on a mismatch
+CHUNKER_VERSION = "code-1"
+
+PREVIEW_CHARS = 200
+_LEAF_KINDS = frozenset({"function", "method", "macro"})
+#: containers whose functions are not methods
+_NAMESPACE_KINDS = frozenset({"module", "namespace"})
+# A tree whose ERROR nodes cover more than this share of the non-blank lines is not worth
+# chunking by its AST: line windows serve such a file better than spans around garbage.
+_MAX_ERROR_SHARE = 0.25
+
+_TOK, _DOC, _STMT, _DEF = 0, 1, 2, 3  # item kinds; when items merge the higher kind wins
+
+_Draft = tuple[int, int, "str | None", "str | None", str, str, tuple[tuple[str, str], ...]]
+
+
+class ParseFailed(Exception):
+    """The file cannot be chunked by its syntax tree; the caller falls back to line windows.
+
+    ``reason`` is a short stable word (``parse_error``, ``grammar_unavailable``, ``too_deep``)
+    recorded as the fallback reason of the file's spans.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Def(NamedTuple):
+    kind: str  # the capture's suffix: function, class, impl, ...
+    name: str
+    signature_row: int
+
+
+class _Scope(NamedTuple):
+    """The container whose members are being laid out."""
+
+    symbol: str
+    parent: str | None
+    signature: str
+    signature_row: int
+    kind: str
+
+
+@dataclass(slots=True)
+class _Item:
+    """Lines at one level of the layout: a definition, statement, comment or token."""
+
+    first: int
+    last: int
+    kind: int
+    nodes: list[Node]
+    definition: _Def | None
+
+
+def chunk_code(text: str, language: str, *, budget_chars: int = 1500) -> list[Chunk]:
+    """Split a source file into definition spans; raises ``ParseFailed`` for an unusable tree.
+
+    Every non-blank line lies in exactly one chunk; chunks are sorted, 1-based and inclusive,
+    numbered like ``rag_mcp.spans.split_lines``. ``language`` is a name from ``CODE_LANGUAGES``.
+    """
+    # split_lines would also drop a final "" and each "\r": only blank lines and line lengths
+    # differ (by one), and blank lines never bound a span, so the cheaper split is enough here
+    lines = text.split("\n")
+    if not any(line.strip() for line in lines):
+        return []
+    try:
+        found = grammar(language)
+        parser = parser_for(language)
+    except KeyError:
+        raise ValueError(f"unknown code language {language!r}; see CODE_LANGUAGES") from None
+    except ImportError as exc:
+        raise ParseFailed("grammar_unavailable") from exc
+    # tree-sitter counts rows at "\n" only, like split_lines, so a row is a line number minus one
+    # whatever the encoding and line endings (and its lexer skips a leading BOM)
+    source = text.encode("utf-8", "surrogatepass")
+    root = parser.parse(source).root_node
+    if root.has_error:
+        _check_usable(found, root, lines)
+    try:
+        drafts = _Layout(found, source, lines, budget_chars).run(root)
+    except RecursionError:
+        raise ParseFailed("too_deep") from None
+    return _finish(drafts, lines)
+
+
+def _check_usable(found: Grammar, root: Node, lines: list[str]) -> None:
+    if root.is_error:
+        raise ParseFailed("parse_error")
+    from tree_sitter import QueryCursor
+
+    errors = QueryCursor(found.errors).captures(root).get("error", [])
+    covered, reach = 0, -1
+    for first, last in sorted((node.start_point[0], _last_row(node)) for node in errors):
+        if last > reach:
+            covered += last - max(first, reach + 1) + 1
+            reach = last
+    if covered > _MAX_ERROR_SHARE * sum(1 for line in lines if line.strip()):
+        raise ParseFailed("parse_error")
+
+
+def _last_row(node: Node) -> int:
+    """The row of a node's last character (a node ending at column 0 ends on the row before)."""
+    end = node.end_point
+    if end[1] == 0 and end[0] > node.start_point[0]:
+        return end[0] - 1
+    return end[0]
+
+
+def _preview(line: str) -> str:
+    return line.strip().lstrip("\ufeff")[:PREVIEW_CHARS]
+
+
+def _clean_name(raw: bytes) -> str:
+    name = " ".join(raw.decode("utf-8", "replace").split())
+    return name.strip("\"'").replace("::", ".")
+
+
+class _Layout:
+    """One file's layout pass: definitions from the query, drafts of spans out."""
+
+    def __init__(self, found: Grammar, source: bytes, lines: list[str], budget: int) -> None:
+        self.grammar = found
+        self.source = source
+        self.lines = lines
+        self.budget = budget
+        self.offsets = list(accumulate(map(len, lines), initial=0))
+        self.defs: dict[int, _Def] = {}
+        self.def_spans: list[tuple[int, int, int]] = []  # (start_byte, end_byte, id), sorted
+        self.drafts: list[_Draft] = []
+
+    def size(self, first: int, last: int) -> int:
+        """Characters of rows ``first..last`` with their newlines."""
+        return self.offsets[last + 1] - self.offsets[first] + last + 1 - first
+
+    def run(self, root: Node) -> list[_Draft]:
+        self.find_definitions(root)
+        self.emit_level(self.collect(root), None)
+        return self.drafts
+
+    def find_definitions(self, root: Node) -> None:
+        from tree_sitter import QueryCursor
+
+        widest: dict[int, Node] = {}  # name node id -> widest definition naming it
+        found: dict[int, tuple[Node, str, Node, list[Node] | None]] = {}
+        for _, captures in QueryCursor(self.grammar.definitions).matches(root):
+            names = captures.get("name")
+            if not names:
+                continue
+            for capture, nodes in captures.items():
+                if not capture.startswith("definition."):
+                    continue
+                node, name_node = nodes[0], names[0]
+                known = widest.get(name_node.id)
+                if known is not None:
+                    # `@decorator def f` and `def f` both match: the wider (decorated) one wins
+                    if known.end_byte - known.start_byte >= node.end_byte - node.start_byte:
+                        continue
+                    found.pop(known.id, None)
+                widest[name_node.id] = node
+                found[node.id] = (node, capture[11:], name_node, captures.get("parent"))
+        source = self.source
+        for node, kind, name_node, owner in found.values():
+            name = _clean_name(source[name_node.start_byte : name_node.end_byte])
+            if owner:
+                name = f"{_clean_name(source[owner[0].start_byte : owner[0].end_byte])}.{name}"
+            row = name_node.start_point[0]
+            if row > node.start_point[0] and row == _last_row(node):
+                row = node.start_point[0]  # `typedef struct {...} name;`: the name trails
+            self.defs[node.id] = _Def(kind, name, row)
+        self.def_spans = sorted((n.start_byte, n.end_byte, n.id) for n, *_ in found.values())
+
+    def holds_definition(self, node: Node) -> bool:
+        """Whether a definition other than ``node`` itself lies inside ``node``."""
+        spans, start, end, own = self.def_spans, node.start_byte, node.end_byte, node.id
+        index = bisect_left(spans, (start, -1, -1))
+        while index < len(spans) and spans[index][0] < end:
+            if spans[index][1] <= end and spans[index][2] != own:
+                return True
+            index += 1
+        return False
+
+    # -- one level of the layout ---------------------------------------------------------------
+
+    def collect(self, parent: Node) -> list[_Item]:
+        """The items of one level: ``parent``'s children, opening any that hold definitions."""
+        raw: list[_Item] = []
+        self.gather(parent, raw)
+        merged: list[_Item] = []
+        for item in raw:
+            if merged and item.first <= merged[-1].last:
+                _absorb(merged[-1], item)  # nodes sharing a line are one item
+            else:
+                merged.append(item)
+        out: list[_Item] = []
+        for item in merged:
+            if item.kind == _DEF:
+                while out and out[-1].kind == _DOC and out[-1].last + 1 >= item.first:
+                    item.first = out.pop().first  # comments/decorators right above it
+            elif item.kind == _TOK and out:
+                _absorb(out[-1], item)  # a closing `}` or `end` stays with what it closes
+                continue
+            out.append(item)
+        return out
+
+    def gather(self, parent: Node, out: list[_Item]) -> None:
+        defs, docs = self.defs, self.grammar.doc_kinds
+        for child in parent.children:
+            if child.start_byte == child.end_byte:
+                continue  # a MISSING node holds no text
+            definition = defs.get(child.id)
+            if definition is not None:
+                kind = _DEF
+            elif self.holds_definition(child):
+                self.gather(child, out)  # `export ...`, `if TYPE_CHECKING:`, `#ifdef`, IIFEs
+                continue
+            elif child.kind_id in docs:
+                kind = _DOC
+            else:
+                kind = _STMT if child.is_named else _TOK
+            out.append(_Item(child.start_point[0], _last_row(child), kind, [child], definition))
+
+    def emit_level(self, items: list[_Item], scope: _Scope | None) -> None:
+        run: list[_Item] = []
+        for item in items:
+            if item.kind != _DEF:
+                run.append(item)
+                continue
+            if run:
+                self.emit_run(run, scope)
+                run = []
+            self.emit_definition(item, scope)
+        if run:
+            self.emit_run(run, scope)
+
+    def emit_definition(self, item: _Item, scope: _Scope | None) -> None:
+        definition = item.definition
+        assert definition is not None
+        symbol = f"{scope.symbol}.{definition.name}" if scope else definition.name
+        parent = symbol.rpartition(".")[0] or None
+        signature = _preview(self.lines[definition.signature_row])
+        kind = definition.kind
+        if kind == "function" or kind == "method":
+            # a method belongs to a type: declared in one, or named after one (`Cache::find`)
+            in_type = scope is not None and scope.kind not in _NAMESPACE_KINDS
+            kind = "method" if in_type or "." in definition.name else "function"
+        node = item.nodes[0]
+        if kind not in _LEAF_KINDS and self.holds_definition(node):
+            members = self.collect(node)
+            members[0].first = min(members[0].first, item.first)
+            members[-1].last = max(members[-1].last, item.last)
+            inner = _Scope(symbol, parent, signature, definition.signature_row, kind)
+            self.emit_level(members, inner)
+            return
+        meta = (("def", kind),)
+        if not self.too_big(item):
+            self.drafts.append((item.first, item.last, symbol, parent, signature, "", meta))
+            return
+        for first, last in self.pack(item.first, item.last, self.cuts(item)):
+            self.drafts.append((first, last, symbol, parent, signature, signature, meta))
+
+    def emit_run(self, run: list[_Item], scope: _Scope | None) -> None:
+        """Merge adjacent statements into spans up to the budget; split an oversized one."""
+        cuts = [item.first for item in run[1:]]
+        big = [item for item in run if self.too_big(item)]
+        for item in big:
+            cuts.extend(self.cuts(item))
+        cuts.sort()
+        for first, last in self.pack(run[0].first, run[-1].last, cuts):
+            context = scope.signature if scope else ""
+            for item in big:
+                if not context and item.first <= last and first <= item.last and not (
+                    first <= item.first and item.last <= last
+                ):
+                    context = _preview(self.lines[item.first])  # a piece of a long statement
+            if scope is None:
+                preview = self.run_preview(run, first, last)
+                self.drafts.append((first, last, None, None, preview, context, ()))
+                continue
+            if first <= scope.signature_row <= last:
+                preview = scope.signature
+            else:
+                preview = self.run_preview(run, first, last)
+            meta = (("def", scope.kind),)
+            self.drafts.append((first, last, scope.symbol, scope.parent, preview, context, meta))
+
+    def run_preview(self, run: list[_Item], first: int, last: int) -> str:
+        """The first line of the piece that is not a comment."""
+        for item in run:
+            if item.last >= first and item.kind != _DOC:
+                row = max(item.first, first)
+                if row <= last:
+                    return _preview(self.lines[row])
+                break
+        return _preview(self.lines[first])
+
+    # -- splitting units over the budget -------------------------------------------------------
+
+    def too_big(self, item: _Item) -> bool:
+        return self.size(item.first, item.last) > self.budget
+
+    def cuts(self, item: _Item) -> list[int]:
+        """Rows where a piece of the item may start: between statements of its blocks."""
+        budget, docs, blocks = self.budget, self.grammar.doc_kinds, self.grammar.block_kinds
+        rows: list[int] = []
+        # only nodes over the budget are opened: a smaller one never needs a cut inside it
+        stack = [node for node in item.nodes if node.end_byte - node.start_byte > budget]
+        while stack:
+            node = stack.pop()
+            children = node.children
+            if node.kind_id in blocks:
+                end = -1  # last row of the previous statement
+                leading = False  # whether that was a comment on lines of its own
+                for child in children:
+                    if not child.is_named:
+                        continue
+                    row = child.start_point[0]
+                    if row > end >= 0 and not (leading and row == end + 1):
+                        rows.append(row)  # a comment right above a statement stays with it
+                    leading = row > end and (child.is_extra or child.kind_id in docs)
+                    end = _last_row(child)
+            stack.extend(child for child in children if child.end_byte - child.start_byte > budget)
+        return sorted(row for row in rows if item.first < row <= item.last)
+
+    def pack(self, first: int, last: int, cuts: list[int]) -> list[tuple[int, int]]:
+        """Pieces of ``first..last`` cut only at ``cuts``: as few as the budget allows, even-sized.
+
+        Plain greedy packing leaves a stub (often a lone ``return``) as the last piece; packing
+        again towards the average size keeps the piece count and evens the sizes.
+        """
+        if not cuts or self.size(first, last) <= self.budget:
+            return [(first, last)]
+        pieces = self.greedy(first, last, cuts, self.budget)
+        if len(pieces) > 1:
+            limit = self.size(first, last) // len(pieces)
+            step = max(1, self.budget // 16)
+            while limit < self.budget:
+                balanced = self.greedy(first, last, cuts, limit)
+                if len(balanced) <= len(pieces):
+                    return balanced
+                limit += step
+        return pieces
+
+    def greedy(self, first: int, last: int, cuts: list[int], budget: int) -> list[tuple[int, int]]:
+        """Pieces of ``first..last`` cut only at ``cuts``, each within ``budget`` if it can."""
+        pieces: list[tuple[int, int]] = []
+        start = best = first
+        for cut in [*cuts, last + 1]:  # the end of the unit closes the last piece
+            if cut <= start:
+                continue
+            if self.size(start, cut - 1) > budget:
+                if best > start:  # close the piece at the last cut that fitted
+                    pieces.append((start, best - 1))
+                    start = best
+                if self.size(start, cut - 1) > budget:  # one statement over the budget: whole
+                    pieces.append((start, cut - 1))
+                    start = cut
+            best = cut
+        if start <= last:
+            pieces.append((start, last))
+        return pieces
+
+
+def _absorb(into: _Item, item: _Item) -> None:
+    into.last = max(into.last, item.last)
+    if item.kind > into.kind:
+        into.kind = item.kind
+        if item.kind == _DEF:  # the definition's node leads: it is the one laid out or split
+            into.definition = item.definition
+            into.nodes[:0] = item.nodes
+            return
+    into.nodes.extend(item.nodes)
+
+
+def _finish(drafts: list[_Draft], lines: list[str]) -> list[Chunk]:
+    """Make the drafts tile the file: sorted, disjoint, on non-blank lines, covering them all."""
+    drafts.sort(key=lambda draft: draft[0])
+    spans: list[list] = []
+    for first, last, symbol, parent, preview, context, meta in drafts:
+        if spans:
+            first = max(first, spans[-1][1] + 1)
+        while first <= last and not lines[first].strip():
+            first += 1
+        while last >= first and not lines[last].strip():
+            last -= 1
+        if first > last:
+            continue
+        if spans:
+            row = first - 1
+            while row > spans[-1][1] and not lines[row].strip():
+                row -= 1
+            spans[-1][1] = row  # stray lines no node claimed go to the span above
+        spans.append([first, last, symbol, parent, preview, context, meta])
+    head = next(row for row, line in enumerate(lines) if line.strip())
+    tail = len(lines) - 1 - next(n for n, line in enumerate(reversed(lines)) if line.strip())
+    if not spans:
+        # text the grammar saw as nothing at all (a lone BOM, zero-width spaces)
+        return [Chunk(head + 1, tail + 1, "code", preview=_preview(lines[head]))]
+    spans[0][0] = min(spans[0][0], head)
+    spans[-1][1] = max(spans[-1][1], tail)
+    return [
+        Chunk(first + 1, last + 1, "code", symbol, parent, preview=preview, context=context,
+              meta=meta)
+        for first, last, symbol, parent, preview, context, meta in spans
+    ]

@@ -1,0 +1,14 @@
+; Definitions: @definition.<kind> marks the node that becomes a span, @name its name.
+; A decorated definition is captured whole so its decorators stay with it.
+(class_definition name: (identifier) @name) @definition.class
+(function_definition name: (identifier) @name) @definition.function
+(decorated_definition
+  definition: (class_definition name: (identifier) @name)) @definition.class
+(decorated_definition
+  definition: (function_definition name: (identifier) @name)) @definition.function
+
+; Leading trivia: attached to the definition that follows without a blank line.
+(comment) @doc
+
+; Statement lists: an oversized unit may be cut between their children.
+(block) @block
