@@ -1,0 +1,90 @@
+"""Which chunker a file gets: tree-sitter for code, heading-bounded for docs, windows otherwise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from indexers import code, docs, languages, windows
+from rag_mcp.spans import Chunk, split_lines
+
+# Bumped when the mapping from file to chunks changes in this module; the code and docs
+# chunkers carry their own versions.
+DISPATCH_VERSION = "1"
+CHUNKER_VERSION = (
+    f"{code.CHUNKER_VERSION}+docs-{docs.DOCS_CHUNKER_VERSION}+dispatch-{DISPATCH_VERSION}"
+)
+
+# Text formats without a parser here: indexed as line windows under their own language name,
+# so `language=` filters and the status summary still say what they are.
+OTHER_CODE = {
+    ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".json": "json", ".jsonc": "json",
+    ".ini": "ini", ".cfg": "ini", ".conf": "conf", ".html": "html", ".htm": "html",
+    ".css": "css", ".scss": "scss", ".less": "less", ".sql": "sql", ".xml": "xml",
+    ".kt": "kotlin", ".kts": "kotlin", ".swift": "swift", ".scala": "scala", ".lua": "lua",
+    ".r": "r", ".pl": "perl", ".pm": "perl", ".dart": "dart", ".ex": "elixir", ".exs": "elixir",
+    ".erl": "erlang", ".hs": "haskell", ".ml": "ocaml", ".clj": "clojure", ".vue": "vue",
+    ".svelte": "svelte", ".proto": "protobuf", ".graphql": "graphql", ".gql": "graphql",
+    ".tf": "terraform", ".hcl": "hcl", ".gradle": "gradle", ".groovy": "groovy", ".zig": "zig",
+    ".nim": "nim", ".jl": "julia", ".ps1": "powershell", ".bat": "batch", ".cmd": "batch",
+    ".cmake": "cmake", ".mk": "make", ".jinja": "jinja", ".j2": "jinja", ".tmpl": "template",
+    ".csv": "csv", ".tsv": "csv", ".sbt": "scala", ".f90": "fortran", ".m": "objc",
+    ".mm": "objc", ".vim": "vim", ".el": "elisp", ".fish": "fish", ".zsh": "zsh",
+}
+OTHER_CODE_NAMES = {
+    "Makefile": "make", "GNUmakefile": "make", "Dockerfile": "dockerfile",
+    "Containerfile": "dockerfile", "CMakeLists.txt": "cmake", "Jenkinsfile": "groovy",
+    "Vagrantfile": "ruby", "Procfile": "conf",
+}
+
+
+CODE_NAMES = frozenset(lang.name for lang in languages.CODE_LANGUAGES)
+
+
+@dataclass(frozen=True, slots=True)
+class FileChunks:
+    language: str
+    kind: str
+    chunks: list[Chunk]
+    lines: list[str]
+    #: why the file got line windows instead of AST/heading spans ("" when it did not)
+    fallback: str
+
+
+def classify(rel: str, head: str) -> tuple[str, str]:
+    """``(language, kind)`` of a file from its path and first characters."""
+    lang = languages.code_language_for_path(rel)
+    if lang:
+        return lang, "code"
+    fmt = docs.detect_doc_format(rel, head)
+    if fmt:
+        return fmt, ("text" if fmt == "text" else "doc")
+    p = PurePosixPath(rel)
+    other = OTHER_CODE_NAMES.get(p.name) or OTHER_CODE.get(p.suffix.lower())
+    if other:
+        return other, "code"
+    return "text", "text"
+
+
+def chunk_file(rel: str, text: str, *, budget_chars: int, window_lines: int,
+               window_overlap: int) -> FileChunks:
+    """Cut one file into chunks; never fails on odd input (falls back to line windows)."""
+    lines = split_lines(text)
+    language, kind = classify(rel, text[:4096])
+    fallback = ""
+    chunks: list[Chunk] | None = None
+    if kind == "code" and language in CODE_NAMES:
+        try:
+            chunks = code.chunk_code(text, language, budget_chars=budget_chars)
+        except code.ParseFailed as exc:
+            fallback = exc.reason or "parse_error"
+        except RecursionError:
+            fallback = "too_deep"
+    elif kind in ("doc", "text") and language in ("markdown", "dokuwiki", "rst", "text"):
+        chunks = docs.chunk_doc(text, language, budget_chars=budget_chars, path=rel)
+    else:
+        fallback = "unsupported_language"
+    if chunks is None:
+        chunks = windows.line_windows(lines, window=window_lines, overlap=window_overlap,
+                                      kind=kind, reason=fallback)
+    return FileChunks(language, kind, chunks, lines, fallback)

@@ -1,0 +1,192 @@
+"""``rag-index``: build, update, inspect the index of a repository."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from indexers.progress import Progress
+from rag_mcp.config import Settings, load_settings
+from rag_mcp.errors import RagError
+
+EPILOG = """\
+examples:
+  rag-index                         index the git repository around the current directory
+  rag-index ~/src/app               index another repository (its index goes to ~/src/app/.rag)
+  rag-index --rebuild               throw the index away and build it again
+  rag-index --status                what is indexed, when, with which model, how stale
+  rag-index --status --json         the same as one JSON object
+  rag-index --spans src/app.py      the spans of one file, with their IDs
+  rag-index --spans --json | head   every span, one JSON object a line
+  rag-index --watch                 keep the index fresh while you edit
+
+exit codes: 0 done, 2 bad arguments or configuration, 3 file not in the index,
+5 index missing or unusable, 75 another rag-index holds the index, 130 interrupted.
+Configuration: configs/default.toml < --config FILE < RAG_* variables < flags.
+"""
+
+# flag -> settings attribute, for the knobs rag-index exposes
+_KNOB_FLAGS = {
+    "index_dir": "--index-dir", "collection": "--collection",
+    "max_file_bytes": "--max-file-bytes", "chunk_chars": "--chunk-chars",
+    "window_lines": "--window-lines", "window_overlap": "--window-overlap",
+    "embed_model": "--model", "embed_backend": "--embed-backend", "embed_batch": "--embed-batch",
+    "embed_threads": "--embed-threads", "chroma_url": "--chroma-url",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="rag-index",
+        description="Cut a repository into AST-aware code spans and heading-bounded doc spans, "
+                    "embed them locally and store them for rag-mcp. Re-runs are incremental.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("path", nargs="?", help="repository root (default: the enclosing git root)")
+    ap.add_argument("--root", help="same as PATH")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--status", action="store_true", help="show what is indexed and how stale")
+    mode.add_argument("--spans", nargs="?", const="", metavar="FILE",
+                      help="list the spans of FILE (or of the whole index)")
+    mode.add_argument("--watch", action="store_true",
+                      help="index, then keep the index fresh as files change (Ctrl-C stops)")
+    ap.add_argument("--rebuild", action="store_true", help="ignore the existing index")
+    ap.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress, only errors")
+    ap.add_argument("--no-wait", action="store_true",
+                    help="exit (code 75) instead of waiting when another rag-index runs")
+    ap.add_argument("--config", metavar="FILE", help="a TOML file with any subset of the knobs")
+    g = ap.add_argument_group("index settings (override configs/default.toml and RAG_*)")
+    g.add_argument("--index-dir", help="where the index lives (default <root>/.rag)")
+    g.add_argument("--collection", help="index name inside the store (default from the root)")
+    g.add_argument("--max-file-bytes", help="skip larger files (default 1000000)")
+    g.add_argument("--chunk-chars", help="span budget in characters (default 1500)")
+    g.add_argument("--window-lines", help="line window for unparsed files (default 40)")
+    g.add_argument("--window-overlap", help="overlap of line windows (default 10)")
+    g.add_argument("--ignore", action="append", metavar="PATTERN",
+                   help="extra gitignore-style pattern (repeatable)")
+    g.add_argument("--model", help="embedding model (default the bundled all-MiniLM-L6-v2)")
+    g.add_argument("--embed-backend", help="onnx | onnx-int8 | torch")
+    g.add_argument("--embed-batch", help="texts per model call")
+    g.add_argument("--embed-threads", help="CPU threads for the model (0 = all)")
+    g.add_argument("--chroma-url", help="use a Chroma server instead of the embedded store")
+    return ap
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {"root": args.root or args.path}
+    for attr, flag in _KNOB_FLAGS.items():
+        overrides[attr] = getattr(args, flag[2:].replace("-", "_"))
+    if args.ignore:
+        overrides["ignore"] = tuple(args.ignore)
+    return load_settings(overrides, config_file=args.config)
+
+
+def _top(d: dict[str, Any], n: int = 8) -> str:
+    items = sorted(d.items(), key=lambda kv: -kv[1])
+    shown = " · ".join(f"{k} {v:,}" for k, v in items[:n])
+    return shown + (f" · +{len(items) - n} more" if len(items) > n else "") if items else "none"
+
+
+def render_summary(stats: Any) -> str:
+    s = stats
+    head = (f"Indexed {s.root} → generation {s.generation} in {s.seconds:.1f} s"
+            if s.published else f"Index of {s.root} is up to date (generation {s.generation}, "
+                                f"checked in {s.seconds:.2f} s)")
+    rate = s.spans_added / s.seconds if s.seconds > 0 else 0.0
+    embed_share = (s.embed_seconds / s.seconds * 100) if s.seconds > 0 else 0.0
+    lines = [head]
+    if s.rebuilt:
+        lines.append(f"  rebuilt      {s.rebuilt}")
+    lines += [
+        f"  files        {s.files_total:,} indexed ({s.files_changed:,} new or changed, "
+        f"{s.files_unchanged:,} unchanged, {s.files_deleted:,} deleted)",
+        f"  spans        {s.spans_total:,} ({s.spans_added:,} new, {s.spans_removed:,} removed)"
+        f" · {s.embedded:,} embedded · {s.vectors_reused:,} vectors reused",
+        f"  speed        {rate:,.1f} spans/s · walk {s.walk_seconds:.2f} s · chunking "
+        f"{s.chunk_seconds:.2f} s · embedding {s.embed_seconds:.1f} s ({embed_share:.0f}%)",
+        f"  by language  {_top(s.by_language)}",
+        f"  by kind      {_top(s.by_kind)}",
+        f"  skipped      {_top(dict(s.skipped))}",
+    ]
+    if s.fallback:
+        lines.append(f"  line windows {_top(dict(s.fallback))} (files)")
+    return "\n".join(lines)
+
+
+def render_status(st: dict[str, Any]) -> str:
+    stale = st["stale_files"]
+    lines = [
+        f"Index of {st['root']}",
+        f"  generation   {st['generation']} · last indexed {st['last_indexed_at']}"
+        + (f" · git {str(st['git_head'])[:10]}" if st.get("git_head") else ""),
+        f"  model        {st['model']} ({st['backend']}, {st['dim']} dims) · store {st['store']}",
+        f"  files        {st['files']:,} · spans {st['spans']:,}",
+        f"  by language  {_top(st['by_language'])}",
+        f"  by kind      {_top(st['by_kind'])}",
+        f"  skipped      {_top(st['skipped'])}",
+        f"  stale now    {stale} file{'s' if stale != 1 else ''}"
+        + ("" if not stale else f" — run `rag-index --root {st['root']}` to refresh"),
+    ]
+    for what in ("changed", "added", "deleted"):
+        for p in st["stale"][what][:10]:
+            lines.append(f"    {what:8} {p}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="rag-index: %(message)s")
+    try:
+        settings = settings_from_args(args)
+        if args.status:
+            from indexers.status import index_status
+
+            st = index_status(settings)
+            print(orjson.dumps(st).decode() if args.json else render_status(st))
+            return 0
+        if args.spans is not None:
+            from indexers.status import list_spans
+
+            rows = list_spans(settings, args.spans or None)
+            if args.json:
+                out = sys.stdout
+                for r in rows:
+                    out.write(orjson.dumps(r).decode() + "\n")
+            else:
+                for r in rows:
+                    label = r["symbol"] or r["heading"] or ""
+                    print(f"{r['id']}  {r['kind']:4} {r['language']:10} {label}")
+            return 0
+        progress = Progress(quiet=args.quiet or args.json)
+        from indexers.pipeline import run_index
+
+        if args.watch:
+            from indexers.watch import watch_forever
+
+            return watch_forever(settings, progress=progress, rebuild=args.rebuild)
+        stats = run_index(settings, rebuild=args.rebuild, wait=not args.no_wait,
+                          progress=progress)
+        if args.json:
+            print(orjson.dumps(stats.to_dict()).decode())
+        elif not args.quiet:
+            print(render_summary(stats))
+        return 0
+    except RagError as exc:
+        print(f"rag-index: {exc.code}: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("rag-index: interrupted; the index is unchanged and the vectors computed so far "
+              "are kept: run it again to resume", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

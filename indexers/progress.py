@@ -1,0 +1,93 @@
+"""Progress for long index runs: a live bar on a terminal, a plain line every few seconds elsewhere.
+
+Everything goes to stderr, so ``rag-index --status --json`` and pipes keep a clean stdout.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from typing import TextIO
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Progress:
+    """Reports files and spans done, the span rate and an ETA for one index run."""
+
+    def __init__(self, stream: TextIO | None = None, *, quiet: bool = False,
+                 tty: bool | None = None, interval: float | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.quiet = quiet
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.interval = interval if interval is not None else (0.1 if self.tty else 5.0)
+        self.total_files = 0
+        self.files = 0
+        self.spans = 0
+        self.embedded = 0
+        self._start = time.monotonic()
+        self._last = 0.0
+        self._drawn = False
+
+    def log(self, message: str) -> None:
+        if self.quiet:
+            return
+        self._clear()
+        print(message, file=self.stream, flush=True)
+
+    def start(self, total_files: int) -> None:
+        self.total_files = total_files
+        self._start = time.monotonic()
+
+    def advance(self, *, files: int = 0, spans: int = 0, embedded: int = 0) -> None:
+        self.files += files
+        self.spans += spans
+        self.embedded += embedded
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            self._draw(now)
+
+    def _line(self, now: float) -> tuple[str, str]:
+        elapsed = max(now - self._start, 1e-6)
+        rate = self.spans / elapsed
+        eta = ""
+        if self.files and self.total_files > self.files:
+            eta = fmt_duration((self.total_files - self.files) * elapsed / self.files)
+        counts = (f"{self.files:,}/{self.total_files:,} files · {self.spans:,} spans "
+                  f"({self.embedded:,} embedded) · {rate:,.0f} spans/s")
+        return counts, eta
+
+    def _draw(self, now: float) -> None:
+        if self.quiet or not self.total_files:
+            return
+        counts, eta = self._line(now)
+        if self.tty:
+            width = shutil.get_terminal_size((100, 20)).columns
+            frac = self.files / self.total_files
+            bar_w = 24
+            filled = int(bar_w * frac)
+            bar = "█" * filled + "░" * (bar_w - filled)
+            text = f"indexing {bar} {frac:4.0%} · {counts}" + (f" · ETA {eta}" if eta else "")
+            self.stream.write("\r" + text[: width - 1].ljust(width - 1))
+            self.stream.flush()
+            self._drawn = True
+        else:
+            print(f"indexing: {counts}" + (f", ETA {eta}" if eta else ""), file=self.stream,
+                  flush=True)
+
+    def _clear(self) -> None:
+        if self._drawn and self.tty:
+            width = shutil.get_terminal_size((100, 20)).columns
+            self.stream.write("\r" + " " * (width - 1) + "\r")
+            self.stream.flush()
+            self._drawn = False
+
+    def finish(self) -> None:
+        self._clear()

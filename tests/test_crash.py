@@ -1,0 +1,138 @@
+"""kill -9 during an index run, and readers in other processes while a writer publishes."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from rag_mcp import generation as gen
+from rag_mcp.catalog import Catalog
+from rag_mcp.config import load_settings
+from rag_mcp.index import OpenIndex
+
+HASH = "test-hash-64"
+
+
+def write_repo(root: Path, n_files: int, variant: int) -> None:
+    for i in range(n_files):
+        p = root / f"pkg{i % 7}" / f"mod{i}.py"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        funcs = []
+        for j in range(12):
+            v = variant if j == 0 else 0
+            doc = f"Function {j} of module {i}, variant {v}."
+            funcs.append(f"def func_{i}_{j}(x):\n    {doc!r}\n    return x * {j} + {v}\n")
+        body = "\n\n".join(funcs)
+        p.write_text(body + "\n")
+
+
+def check_consistent(root: Path) -> int:
+    """Assert the published generation is whole; returns its span count (0: none yet)."""
+    s = load_settings({"root": str(root), "embed_model": HASH})
+    pointer = gen.read_pointer(s.index_path)
+    if pointer is None:
+        return 0
+    idx = OpenIndex(s, pointer)  # verifies manifest == catalog == lexical == vectors
+    try:
+        assert idx.catalog is not None
+        rows = idx.catalog.all_spans()
+        ids = [r.id for r in rows]
+        assert len(ids) == len(set(ids)), "duplicate span IDs"
+        assert len(rows) == idx.manifest["spans"]
+        files = idx.catalog.files()
+        assert {r.span.path for r in rows} <= set(files)
+        return len(rows)
+    finally:
+        idx.close()
+
+
+def rag_index_cmd(root: Path) -> list[str]:
+    return [sys.executable, "-m", "indexers.cli", "--root", str(root), "--model", HASH, "-q"]
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_moments_leaves_a_consistent_index(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    rng = random.Random(1234)
+    write_repo(root, 120, 0)
+    t0 = time.monotonic()
+    subprocess.run(rag_index_cmd(root), check=True)
+    full = time.monotonic() - t0
+    expected = check_consistent(root)
+    assert expected > 0
+    kills = 0
+    for round_ in range(1, 7):
+        write_repo(root, 120, round_)  # every run has real work to do
+        proc = subprocess.Popen(rag_index_cmd(root))
+        time.sleep(rng.uniform(0.2, full * 1.1))
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        assert check_consistent(root) == expected  # old or new generation, never half
+    assert kills >= 3
+    subprocess.run(rag_index_cmd(root), check=True)
+    assert check_consistent(root) == expected
+    s = load_settings({"root": str(root), "embed_model": HASH})
+    leftovers = [p.name for p in s.index_path.iterdir() if p.name.startswith("tmp-")]
+    assert leftovers == []
+    pointer = gen.read_pointer(s.index_path)
+    assert pointer is not None
+    cat = Catalog(pointer.dir / gen.CATALOG, readonly=True)
+    texts = {r.span.symbol for r in cat.of_path("pkg0/mod0.py")}
+    cat.close()
+    assert "func_0_0" in texts
+
+
+READER = textwrap.dedent("""
+    import sys, time, orjson
+    from rag_mcp.config import load_settings
+    from rag_mcp.deps import build_deps
+    from rag_mcp.query import QueryParams
+    from rag_mcp.embed import load_embedder
+    s = load_settings({"root": sys.argv[1], "embed_model": "test-hash-64"})
+    deps = build_deps(
+        s, embedder_factory=lambda m, b: load_embedder(m, b, cache_dir=s.model_cache_path))
+    ok = failed = 0
+    gens = set()
+    errors = []
+    deadline = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < deadline:
+        try:
+            a = deps.queries.query(QueryParams(query=f"function {ok % 12} of module", k=5))
+            assert a.hits, "no hits"
+            gens.add(a.generation)
+            ok += 1
+        except Exception as e:
+            failed += 1
+            errors.append(f"{type(e).__name__}: {e}")
+    out = {"ok": ok, "failed": failed, "gens": sorted(gens), "errors": errors[:5]}
+    print(orjson.dumps(out).decode())
+""")
+
+
+@pytest.mark.slow
+def test_readers_never_see_a_half_written_generation(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    write_repo(root, 60, 0)
+    subprocess.run(rag_index_cmd(root), check=True)
+    readers = [subprocess.Popen([sys.executable, "-c", READER, str(root), "12"],
+                                stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    time.sleep(2)
+    for variant in range(1, 4):
+        write_repo(root, 60, variant)
+        subprocess.run(rag_index_cmd(root), check=True)
+    results = [orjson.loads(r.communicate(timeout=120)[0]) for r in readers]
+    for res in results:
+        assert res["failed"] == 0, res["errors"]
+        assert res["ok"] > 10
+    assert any(len(res["gens"]) > 1 for res in results), results  # they followed CURRENT

@@ -1,0 +1,153 @@
+"""The indexer end to end on small repositories (fast deterministic model, real everything else)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+from indexers.cli import main as rag_index
+from indexers.pipeline import run_index
+from indexers.status import index_status, list_spans
+from rag_mcp import generation as gen
+from rag_mcp.catalog import Catalog
+from rag_mcp.config import Settings, load_settings
+from rag_mcp.spans import digest, span_text, split_lines
+
+HASH = "test-hash-64"
+
+
+def settings_for(root: Path, **kw: object) -> Settings:
+    return load_settings({"root": str(root), "embed_model": HASH, **kw})
+
+
+def spans_by_path(s: Settings) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in list_spans(s, None):
+        out.setdefault(r["path"], []).append(r)
+    return out
+
+
+def test_index_then_status_and_spans(sample_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert rag_index(["--root", str(sample_repo), "--model", HASH, "-q"]) == 0
+    assert rag_index(["--root", str(sample_repo), "--model", HASH, "--status", "--json"]) == 0
+    st = orjson.loads(capsys.readouterr().out)
+    for key in ("root", "files", "spans", "by_language", "by_kind", "skipped", "model",
+                "last_indexed_at", "stale_files"):
+        assert key in st
+    assert st["files"] == 5 and st["stale_files"] == 0 and st["model"] == HASH
+    assert st["by_language"]["python"] >= 4 and st["by_kind"]["doc"] >= 3
+    assert rag_index(["--root", str(sample_repo), "--model", HASH, "--spans",
+                      str(sample_repo / "src/app/spans.py"), "--json"]) == 0
+    rows = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    symbols = {r["symbol"] for r in rows}
+    assert {"parse_span_id", "HTTPError", "HTTPError.__init__", "checksum"} <= symbols
+    for r in rows:
+        assert {"id", "path", "start_line", "end_line", "kind", "language", "symbol"} <= set(r)
+
+
+def test_ids_are_the_exact_text_digests_and_cover_the_files(sample_repo: Path) -> None:
+    s = settings_for(sample_repo)
+    run_index(s)
+    for path, rows in spans_by_path(s).items():
+        lines = split_lines((sample_repo / path).read_text())
+        covered: set[int] = set()
+        for r in rows:
+            assert r["id"].endswith(digest(span_text(lines, r["start_line"], r["end_line"])))
+            covered.update(range(r["start_line"], r["end_line"] + 1))
+        assert all(i + 1 in covered for i, line in enumerate(lines) if line.strip()), path
+
+
+def test_reindex_unchanged_is_a_noop_with_identical_ids(sample_repo: Path) -> None:
+    s = settings_for(sample_repo)
+    first = run_index(s)
+    before = spans_by_path(s)
+    again = run_index(s)
+    assert not again.published and again.generation == first.generation
+    assert again.embedded == 0 and spans_by_path(s) == before
+    os.utime(sample_repo / "README.txt")  # new mtime, same content: no re-embedding
+    touched = run_index(s)
+    assert touched.embedded == 0 and touched.files_changed == 0
+    assert spans_by_path(s) == before
+
+
+def test_editing_one_function_changes_only_its_span(sample_repo: Path) -> None:
+    s = settings_for(sample_repo)
+    run_index(s)
+    before = {r["symbol"]: r for r in spans_by_path(s)["src/app/spans.py"]}
+    path = sample_repo / "src/app/spans.py"
+    line = '    path, rng, _digest = span_id.rsplit(":", 2)\n'
+    path.write_text(path.read_text().replace(
+        line, "    # IDs may contain colons in the path\n" + line))
+    stats = run_index(s)
+    after = {r["symbol"]: r for r in spans_by_path(s)["src/app/spans.py"]}
+    assert stats.embedded == 1  # only the edited function reaches the model
+    assert after["parse_span_id"]["id"] != before["parse_span_id"]["id"]
+    for sym in ("HTTPError", "checksum"):  # moved down one line, same text, same digest
+        assert after[sym]["start_line"] == before[sym]["start_line"] + 1
+        assert after[sym]["id"].rsplit(":", 1)[1] == before[sym]["id"].rsplit(":", 1)[1]
+    for p, rows in spans_by_path(s).items():
+        if p != "src/app/spans.py":
+            assert rows == spans_by_path(s)[p]
+
+
+def test_add_delete_rename(sample_repo: Path) -> None:
+    s = settings_for(sample_repo)
+    run_index(s)
+    (sample_repo / "src/app/new.py").write_text("def brand_new():\n    return 42\n")
+    (sample_repo / "README.txt").unlink()
+    os.rename(sample_repo / "src/app/retry.py", sample_repo / "src/app/backoff.py")
+    stats = run_index(s)
+    paths = set(spans_by_path(s))
+    assert "src/app/new.py" in paths and "src/app/backoff.py" in paths
+    assert "README.txt" not in paths and "src/app/retry.py" not in paths
+    assert stats.files_deleted == 2 and stats.files_changed == 2
+    assert index_status(s)["stale_files"] == 0
+
+
+def test_ignored_and_secret_files_are_never_stored(make_repo: Callable[..., Path]) -> None:
+    root = make_repo({
+        "app.py": "def main():\n    return 1\n",
+        ".gitignore": "build/\n*.log\n",
+        "build/gen.py": "def generated():\n    pass\n",
+        "debug.log": "password=hunter2\n",
+        ".env": "API_KEY=sk-live-should-never-be-indexed\n",
+        "keys/id_rsa": "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n"
+                       "-----END OPENSSH PRIVATE KEY-----\n",
+        "node_modules/x/index.js": "module.exports = 1\n",
+    })
+    s = settings_for(root)
+    stats = run_index(s)
+    assert set(spans_by_path(s)) == {"app.py", ".gitignore"}
+    assert stats.skipped["secret"] == 2
+    pointer = gen.read_pointer(s.index_path)
+    assert pointer is not None
+    raw = b"".join(p.read_bytes() for p in pointer.dir.rglob("*") if p.is_file())
+    assert b"should-never-be-indexed" not in raw and b"OPENSSH" not in raw
+
+
+def test_model_change_rebuilds_cleanly(sample_repo: Path) -> None:
+    s = settings_for(sample_repo)
+    run_index(s)
+    s2 = settings_for(sample_repo, chunk_chars="900")
+    stats = run_index(s2)
+    assert stats.rebuilt == "index settings changed" and stats.published
+    pointer = gen.read_pointer(s2.index_path)
+    assert pointer is not None
+    cat = Catalog(pointer.dir / gen.CATALOG, readonly=True)
+    assert cat.counts()["spans"] == stats.spans_total
+    cat.close()
+
+
+def test_damaged_index_is_rebuilt(sample_repo: Path) -> None:
+    s = settings_for(sample_repo)
+    first = run_index(s)
+    pointer = gen.read_pointer(s.index_path)
+    assert pointer is not None
+    (pointer.dir / gen.CATALOG).write_bytes(b"garbage" * 100)
+    stats = run_index(s)
+    assert stats.rebuilt.startswith("the existing index is damaged")
+    assert stats.generation > first.generation and stats.spans_total == first.spans_total
