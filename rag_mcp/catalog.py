@@ -193,7 +193,8 @@ class Catalog:
         with self._lock:
             for i in range(0, len(keys), 500):
                 chunk = keys[i : i + 500]
-                q = f"SELECT DISTINCT emb_key FROM spans WHERE emb_key IN ({','.join('?' * len(chunk))})"
+                marks = ",".join("?" * len(chunk))
+                q = f"SELECT DISTINCT emb_key FROM spans WHERE emb_key IN ({marks})"
                 out.update(r[0] for r in self._db.execute(q, chunk))
         return out
 

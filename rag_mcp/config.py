@@ -279,7 +279,7 @@ def _parse(knob: Knob, value: Any, from_text: bool) -> Any:
             if num != num:  # NaN
                 raise ValueError
     except (TypeError, ValueError):
-        kind = "an integer" if t == "int" else ("a number or \"auto\"" if t == "tau" else "a number")
+        kind = {"int": "an integer", "tau": 'a number or "auto"'}.get(t, "a number")
         raise _bad(knob, value, f"must be {kind}") from None
     if (knob.lo is not None and num < knob.lo) or (knob.hi is not None and num > knob.hi):
         raise _bad(knob, value, f"must be between {knob.lo:g} and {knob.hi:g}")

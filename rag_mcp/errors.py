@@ -75,7 +75,7 @@ class IndexUnavailable(RagError):
 
 
 class LLMUnavailable(RagError):
-    """The local model could not answer: Ollama is down, the model is not pulled, or it timed out."""
+    """The local model could not answer: Ollama is down, the model is missing, or it timed out."""
 
     code = E_LLM_UNAVAILABLE
     exit_code = 6

@@ -29,7 +29,6 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

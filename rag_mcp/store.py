@@ -73,7 +73,8 @@ class VectorStore:
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise InvalidArgument(
-                f"store.chroma_url must look like http://host:8000 (env RAG_CHROMA_URL), got {url!r}"
+                "store.chroma_url must look like http://host:8000 (env RAG_CHROMA_URL), "
+                f"got {url!r}"
             )
         headers = {"Authorization": f"Bearer {token}"} if token else None
         port = parsed.port or (443 if parsed.scheme == "https" else 8000)
@@ -109,7 +110,8 @@ class VectorStore:
             return
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         for i in range(0, len(keys), _ADD_BATCH):
-            self._col.upsert(ids=list(keys[i : i + _ADD_BATCH]), embeddings=vectors[i : i + _ADD_BATCH])
+            self._col.upsert(ids=list(keys[i : i + _ADD_BATCH]),
+                             embeddings=vectors[i : i + _ADD_BATCH])
 
     def delete(self, keys: Sequence[str]) -> None:
         keys = list(keys)
@@ -134,7 +136,8 @@ class VectorStore:
 
     def vectors(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
         got = self._col.get(ids=list(keys), include=["embeddings"])
-        return {k: np.asarray(v, dtype=np.float32) for k, v in zip(got["ids"], got["embeddings"])}
+        pairs = zip(got["ids"], got["embeddings"], strict=True)
+        return {k: np.asarray(v, dtype=np.float32) for k, v in pairs}
 
     def query(self, vector: np.ndarray, n: int) -> list[tuple[str, float]]:
         """Nearest keys with cosine similarity, best first."""
@@ -152,7 +155,7 @@ class VectorStore:
             ) from exc
         ids = res["ids"][0]
         dists = res["distances"][0] if res.get("distances") else [1.0] * len(ids)
-        return [(k, 1.0 - float(d)) for k, d in zip(ids, dists)]
+        return [(k, 1.0 - float(d)) for k, d in zip(ids, dists, strict=True)]
 
     def count(self) -> int:
         return int(self._col.count())

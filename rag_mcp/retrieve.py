@@ -1,0 +1,231 @@
+"""Hybrid retrieval: dense (Chroma) and lexical (tantivy) candidates, fused and filtered.
+
+Filters are applied to an over-fetched candidate pool from our own catalog rather than as a Chroma
+``where`` clause (50-100 ms measured against ~5 ms unfiltered); when a filter is selective the
+pool is widened once. Timings of every stage are returned so the server can report its split.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rag_mcp.catalog import SpanRow
+from rag_mcp.embed import Embedder
+from rag_mcp.errors import InvalidArgument
+from rag_mcp.fusion import FUSIONS, Calibration, calibration_for, fuse, logistic, rrf
+from rag_mcp.index import IndexHandle, OpenIndex
+from rag_mcp.lexical import tokenize
+from rag_mcp.spans import Span
+
+LANGUAGE_ALIASES = {
+    "py": "python", "js": "javascript", "ts": "typescript", "md": "markdown", "c#": "c_sharp",
+    "cs": "c_sharp", "csharp": "c_sharp", "c++": "cpp", "cxx": "cpp", "sh": "bash",
+    "shell": "bash", "rb": "ruby", "rs": "rust", "golang": "go", "jsx": "javascript",
+    "yml": "yaml", "restructuredtext": "rst", "wiki": "dokuwiki", "txt": "text",
+}
+_GLOB = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    kind: str = "any"
+    path: str | None = None
+    language: str | None = None
+
+    @staticmethod
+    def build(kind: str = "any", path: str | None = None,
+              language: str | None = None) -> Filters:
+        kind = (kind or "any").lower()
+        if kind not in ("any", "code", "doc", "text"):
+            raise InvalidArgument(f"kind must be code, doc or any, got {kind!r}")
+        if path is not None:
+            path = path.strip().replace("\\", "/")
+            if not path or path in (".", "./", "*", "**", "**/*"):
+                path = None
+            elif path.startswith("/") or re.match(r"^[A-Za-z]:", path) or ".." in path.split("/"):
+                raise InvalidArgument(
+                    "path must be a glob or prefix relative to the repository root "
+                    "(no '..', no absolute paths), e.g. 'src/' or '**/*.py'")
+            elif "\x00" in path or len(path) > 512:
+                raise InvalidArgument("path filter is malformed")
+            else:
+                path = path.removeprefix("./")
+        if language:
+            language = language.strip().lower()
+            language = LANGUAGE_ALIASES.get(language, language)
+        return Filters(kind, path, language or None)
+
+    @property
+    def active(self) -> bool:
+        return self.kind != "any" or self.path is not None or self.language is not None
+
+    def matches(self, span: Span) -> bool:
+        if self.kind == "code" and span.kind != "code":
+            return False
+        if self.kind in ("doc", "text") and span.kind not in ("doc", "text"):
+            return False
+        if self.language is not None and span.language != self.language:
+            return False
+        if self.path is not None:
+            p = self.path
+            if _GLOB.search(p):
+                if not (fnmatch.fnmatchcase(span.path, p)
+                        or (p.startswith("**/") and fnmatch.fnmatchcase(span.path, p[3:]))):
+                    return False
+            elif not (span.path == p.rstrip("/") or span.path.startswith(p.rstrip("/") + "/")):
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    row: SpanRow
+    score: float  # calibrated, in [0, 1]
+    raw: float  # before calibration (the fusion's own scale)
+    cos: float
+    lex: float
+    dense_rank: int | None
+    lex_rank: int | None
+
+    @property
+    def span(self) -> Span:
+        return self.row.span
+
+
+@dataclass
+class Retrieval:
+    hits: list[Hit]
+    index: OpenIndex
+    calibration: Calibration
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class QueryVectors:
+    """Query embeddings, cached by (model, text); the server asks the same thing often."""
+
+    def __init__(self, size: int = 2048) -> None:
+        self._lru: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, embedder: Embedder, text: str) -> np.ndarray:
+        key = (f"{embedder.name}/{embedder.backend}", text)
+        with self._lock:
+            vec = self._lru.get(key)
+            if vec is not None:
+                self._lru.move_to_end(key)
+                self.hits += 1
+                return vec
+        vec = embedder.embed_query(text)
+        with self._lock:
+            self.misses += 1
+            self._lru[key] = vec
+            if len(self._lru) > self._size:
+                self._lru.popitem(last=False)
+        return vec
+
+    def clear(self) -> None:
+        with self._lock:
+            self._lru.clear()
+
+
+class Retriever:
+    """Turns a query into fused, filtered hits over the current index generation."""
+
+    POOL = 50
+
+    def __init__(self, handle: IndexHandle, embedder_for: Callable[[dict[str, Any]], Embedder],
+                 *, query_vectors: QueryVectors | None = None) -> None:
+        self.handle = handle
+        self.embedder_for = embedder_for
+        self.qvec = query_vectors or QueryVectors()
+
+    def retrieve(self, text: str, filters: Filters, *, fusion: str = "convex",
+                 pool: int | None = None) -> Retrieval:
+        if fusion not in FUSIONS:
+            raise InvalidArgument(f"fusion must be one of {', '.join(FUSIONS)}")
+        idx = self.handle.get()
+        assert idx.catalog is not None and idx.vectors is not None
+        cal = calibration_for(str(idx.manifest.get("model", "")))
+        timings: dict[str, float] = {}
+        n = pool or self.POOL
+        if filters.active:
+            n *= 4
+        t0 = time.perf_counter()
+        dense: list[tuple[str, float]] = []
+        qv: np.ndarray | None = None
+        if fusion != "lexical":
+            qv = self.qvec.get(self.embedder_for(idx.manifest), text)
+            timings["embed_ms"] = (time.perf_counter() - t0) * 1000
+            t1 = time.perf_counter()
+            dense = idx.vectors.query(qv, n)
+            timings["dense_ms"] = (time.perf_counter() - t1) * 1000
+        t2 = time.perf_counter()
+        lexical = idx.lexical.search(tokenize(text), n) if fusion != "dense" else []
+        timings["lexical_ms"] = (time.perf_counter() - t2) * 1000
+
+        t3 = time.perf_counter()
+        hits = self._fuse(idx, qv, dense, lexical, filters, fusion, cal)
+        timings["fusion_ms"] = (time.perf_counter() - t3) * 1000
+        return Retrieval(hits, idx, cal, timings)
+
+    def _fuse(self, idx: OpenIndex, qv: np.ndarray | None, dense: list[tuple[str, float]],
+              lexical: list[tuple[int, float]], filters: Filters, fusion: str,
+              cal: Calibration) -> list[Hit]:
+        catalog = idx.catalog
+        assert catalog is not None and idx.vectors is not None
+        by_key = catalog.by_emb_keys([k for k, _ in dense]) if dense else {}
+        by_sid = catalog.by_sids([s for s, _ in lexical]) if lexical else {}
+        cands: dict[int, SpanRow] = {}
+        cos: dict[int, float] = {}
+        d_rank: dict[int, int] = {}
+        for rank, (key, sim) in enumerate(dense):
+            for row in by_key.get(key, ()):
+                if filters.matches(row.span):
+                    cands.setdefault(row.sid, row)
+                    cos[row.sid] = sim
+                    d_rank.setdefault(row.sid, rank)
+        top_bm25 = lexical[0][1] if lexical else 1.0
+        lex: dict[int, float] = {}
+        l_rank: dict[int, int] = {}
+        for rank, (sid, bm) in enumerate(lexical):
+            row = by_sid.get(sid)
+            if row is None or not filters.matches(row.span):
+                continue
+            cands.setdefault(sid, row)
+            lex[sid] = bm / top_bm25 if top_bm25 > 0 else 0.0
+            l_rank[sid] = rank
+        missing = [sid for sid in cands if sid not in cos]
+        if missing and qv is not None:
+            # Exact cosine for lexical-only candidates, so the fusion compares like with like.
+            vecs = idx.vectors.vectors(list({cands[s].emb_key for s in missing}))
+            for sid in missing:
+                v = vecs.get(cands[sid].emb_key)
+                cos[sid] = float(np.dot(v, qv)) if v is not None else 0.0
+        hits: list[Hit] = []
+        for sid, row in cands.items():
+            c, lx = cos.get(sid, 0.0), lex.get(sid, 0.0)
+            dr, lr = d_rank.get(sid), l_rank.get(sid)
+            if fusion == "convex":
+                raw, score = fuse(c, lx, cal)
+            elif fusion == "rrf":
+                raw = rrf(dr, lr)
+                score = logistic(cal.a * (cal.alpha * c + (1 - cal.alpha) * lx) + cal.b)
+            elif fusion == "dense":
+                raw, score = c, logistic(cal.a * c * cal.alpha + cal.b)
+            else:
+                raw, score = lx, logistic(cal.a * lx * (1 - cal.alpha) + cal.b)
+            hits.append(Hit(row, score, raw, c, lx, dr, lr))
+        hits.sort(key=lambda h: (-h.raw, h.span.path, h.span.start_line))
+        return hits

@@ -1,0 +1,24 @@
+"""What the server needs to know about a tool, declared next to the tool itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    title: str
+    #: ``fn(deps, **params)``; its signature (minus ``deps``) becomes the tool's input schema
+    fn: Callable[..., BaseModel]
+    result: type[BaseModel]
+    #: the plain-text rendering sent alongside the structured result
+    render: Callable[[Any], str]
+    #: the JSONL log fields of one call (params, result or None on error)
+    log_fields: Callable[[dict[str, Any], Any], dict[str, Any]]
+    #: listed only when this returns True for the settings (the opt-in local LLM tool)
+    enabled: Callable[[Any], bool] = lambda settings: True

@@ -1,0 +1,81 @@
+"""``rag_get_span``: the text of one span by ID, as it is in the repository now."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field
+
+from rag_mcp.deps import Deps
+from rag_mcp.spanget import MAX_CONTEXT_LINES, get_span
+from rag_mcp.spans import MAX_ID_LEN
+from tools._base import ToolSpec
+
+DESCRIPTION = (
+    "Read one span by the ID rag_query returned: its current text (secrets redacted, size "
+    "capped), optionally with surrounding lines. If the file changed, says so and gives the "
+    "span's new ID when it only moved."
+)
+
+
+class RagGetSpanResult(BaseModel):
+    id: str = Field(description="The span's current ID (differs from the request if it moved)")
+    requested_id: str
+    path: str
+    start_line: int
+    end_line: int
+    kind: str
+    language: str
+    symbol: str | None = None
+    heading: str | None = None
+    text: str = Field(description="Lines start_line-end_line (plus context_lines around them)")
+    context_lines: int
+    stale: bool = Field(description="The span moved since indexing; use the new id")
+    truncated: bool = Field(description="Cut at the byte budget; a '[truncated]' line marks it")
+    redactions: int = Field(description="Secrets replaced by [REDACTED:<kind>]")
+
+
+def rag_get_span(
+    deps: Deps,
+    span_id: Annotated[str, Field(
+        description="A span ID from rag_query, 'path:start-end:digest'",
+        min_length=1, max_length=MAX_ID_LEN)],
+    context_lines: Annotated[int, Field(
+        ge=0, le=MAX_CONTEXT_LINES, description="Extra lines before and after the span")] = 0,
+) -> RagGetSpanResult:
+    r = get_span(deps.handle, deps.settings, span_id, context_lines)
+    return RagGetSpanResult(
+        id=r.id, requested_id=r.requested_id, path=r.path, start_line=r.start_line,
+        end_line=r.end_line, kind=r.kind, language=r.language, symbol=r.symbol,
+        heading=r.heading, text=r.text, context_lines=r.context_lines, stale=r.stale,
+        truncated=r.truncated, redactions=r.redactions)
+
+
+def render(r: RagGetSpanResult) -> str:
+    label = r.symbol or r.heading or ""
+    first = r.start_line - r.context_lines if r.context_lines else r.start_line
+    head = f"{r.id}  [{r.kind} {r.language}] {label}".rstrip()
+    notes = []
+    if r.stale:
+        notes.append(f"moved since indexing (asked for {r.requested_id})")
+    if r.truncated:
+        notes.append("truncated at the byte budget")
+    if r.redactions:
+        notes.append(f"{r.redactions} secret(s) redacted")
+    body = f"```{r.language}\n{r.text}\n```"
+    return "\n".join([head] + ([f"note: {'; '.join(notes)}"] if notes else [])
+                     + [f"(from line {max(1, first)})", body])
+
+
+def log_fields(params: dict[str, Any], r: RagGetSpanResult | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"span_id": str(params.get("span_id", ""))[:300]}
+    if params.get("context_lines"):
+        out["context_lines"] = params["context_lines"]
+    if r is not None:
+        out.update(stale=r.stale, truncated=r.truncated, redactions=r.redactions)
+    return out
+
+
+SPEC = ToolSpec(name="rag_get_span", title="Read a span", fn=rag_get_span,
+                result=RagGetSpanResult, render=render, log_fields=log_fields)
+rag_get_span.__doc__ = DESCRIPTION
