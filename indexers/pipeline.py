@@ -280,7 +280,9 @@ class _Run:
         catalog = Catalog(tmp / gen.CATALOG, readonly=False)
         lexical = LexicalIndex(tmp / gen.LEXICAL, create=True)
         vectors = open_vectors(s, tmp, self.vcol, create=True)
-        cache = EmbeddingCache(self.base / "embcache.sqlite")
+        # Shared by every repository indexed under the same index folder: keys carry the model
+        # identity, and the same file in two checkouts (or two commits) is embedded once.
+        cache = EmbeddingCache(index_base(s) / "embcache.sqlite")
         stop = threading.Event()
         try:
             if base_manifest is not None:
@@ -366,7 +368,7 @@ class _Run:
                         if k not in ("by_language", "by_kind", "skipped", "fallback")},
             }
             (tmp / gen.MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
-            cache.prune(live, spare=max(10_000, 2 * len(live)))
+            cache.prune(live)
         finally:
             stop.set()
             self.p.finish()

@@ -199,12 +199,26 @@ def serve(settings: Settings, *, http: bool = False, watch: bool = False) -> int
     server = build_server(settings, lambda: build_deps(settings,
                                                       stale_count=_stale_count(settings)),
                           host=settings.http_host, port=settings.http_port)
-    if http:
-        from rag_mcp.http import run_http
+    watcher = None
+    if watch:
+        from indexers.watch import start_background_watcher
 
-        return run_http(server, settings, watch=watch)
-    server.run("stdio")
-    return 0
+        def on_pending(n: int) -> None:
+            deps = server.deps
+            if deps is not None and deps.freshness is not None:
+                deps.freshness.set(n)
+
+        watcher = start_background_watcher(settings, on_pending=on_pending)
+    try:
+        if http:
+            from rag_mcp.http import run_http
+
+            return run_http(server, settings)
+        server.run("stdio")
+        return 0
+    finally:
+        if watcher is not None:
+            watcher.stop()
 
 
 def ask(settings: Settings, query: str, *, k: int = 5, include_text: bool = False,
