@@ -17,6 +17,7 @@ from rag_mcp.index import IndexHandle
 from rag_mcp.llm import LocalLLM
 from rag_mcp.logjson import ToolLog
 from rag_mcp.query import QueryService
+from rag_mcp.rerank import CrossEncoderReranker
 from rag_mcp.retrieve import Retriever
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,11 @@ class Freshness:
                 threading.Thread(target=self._refresh, daemon=True).start()
             return self._value
 
-    def now(self) -> int | None:
-        """Compute synchronously (health checks)."""
+    def now(self, max_age: float = 2.0) -> int | None:
+        """A value at most ``max_age`` seconds old, computed here if need be (health checks)."""
+        with self._lock:
+            if self._at and time.monotonic() - self._at <= max_age:
+                return self._value
         self._refresh()
         return self._value
 
@@ -139,8 +143,13 @@ def build_deps(settings: Settings, *,
     retriever = Retriever(handle, models.for_manifest)
     freshness = (Freshness(functools.partial(stale_count, handle))
                  if stale_count is not None else None)
+    # The cross-encoder loads on the first reranked query; without a model, rerank=true is an
+    # E_INVALID_ARGUMENT that says how to configure one.
+    reranker = (CrossEncoderReranker(settings.reranker_model, handle)
+                if settings.reranker_model else None)
     queries = QueryService(settings, retriever,
-                           freshness=freshness.get if freshness is not None else None)
+                           freshness=freshness.get if freshness is not None else None,
+                           reranker=reranker)
     tool_log = ToolLog(settings.log_path, max_bytes=settings.log_max_bytes,
                        backups=settings.log_backups, queries=settings.log_queries)
     llm = (LocalLLM(settings.llm_host, settings.llm_model, timeout=settings.llm_timeout,
