@@ -36,7 +36,7 @@ from rag_mcp.embed import (
     offline,
     resolve_model,
 )
-from rag_mcp.embed_onnx import OnnxEmbedder, export_fp32
+from rag_mcp.embed_onnx import OnnxEmbedder, export_dir, export_fp32
 
 MODEL = "all-MiniLM-L6-v2"
 LIBS = ("requests", "click")
@@ -139,6 +139,18 @@ def load_and_rss(backend: str, cache_dir: Path) -> tuple[float, float]:
     return float(secs), float(rss_kb) / 1024
 
 
+def int8_hardware() -> str:
+    """Which int8 dot-product instructions this CPU has: they decide what int8 gains."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown CPU flags"
+    flags = set(next((ln for ln in text.splitlines() if ln.startswith("flags")), "").split())
+    have = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8") if f in flags]
+    vnni = "with" if {"avx512_vnni", "avx_vnni"} & flags else "without"
+    return f"CPU flags {', '.join(have) or 'none of avx2/avx512/vnni'} ({vnni} VNNI)"
+
+
 def neighbours(vectors: np.ndarray, k: int) -> np.ndarray:
     sims = vectors @ vectors.T
     np.fill_diagonal(sims, -np.inf)
@@ -158,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.spans, args.rounds, args.queries = 40, 1, 20
     offline()
-    t_start = time.perf_counter()
+    t_start, load_before = time.perf_counter(), os.getloadavg()[0]
     texts = corpus(args.spans)
     spec = model_spec(resolve_model(MODEL), MODEL)
     tokens = [min(n, spec.max_tokens) for n in TokenCounter(spec).count(texts)]
@@ -168,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     st = SentenceTransformer(str(spec.path), device="cpu")
     fp32 = load_embedder(MODEL, "onnx", cache_dir=args.cache_dir, threads=args.threads)
     int8 = load_embedder(MODEL, "onnx-int8", cache_dir=args.cache_dir, threads=args.threads)
-    unfused_file = args.cache_dir / "bench-unfused.onnx"
+    unfused_file = export_dir(MODEL, spec, args.cache_dir) / "bench-unfused.onnx"
     if not unfused_file.is_file():
         export_fp32(spec, unfused_file, fuse=False)
     unfused = OnnxEmbedder(MODEL, "onnx", spec, unfused_file, threads=args.threads)
@@ -247,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     agree_table = md_table(["vectors", "mean cosine", "min cosine", f"top-{k} overlap"], agree)
 
     long_frac = sum(t >= spec.max_tokens for t in tokens) / len(tokens)
-    cmd = "python -m bench.embed_throughput" + (
+    cmd = ".venv/bin/python -m bench.embed_throughput" + (
         f" --spans {args.spans} --rounds {args.rounds}" if not args.quick else " --quick")
     body = (
         f"## Embedding throughput\n\n`{cmd}`\n\n"
@@ -260,6 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "that loads the backend and embeds one batch (the ONNX files already exported). "
         "sentence-transformers' `encode` sorts each call's texts by character length itself; "
         "the other rows sort by token count.\n\n"
+        f"{int8_hardware()}; 1-minute load average {load_before:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after.\n\n"
         f"{table}\n\n"
         f"Agreement on the same spans (top-{k} overlap: nearest neighbours of each span within "
         "the set):\n\n"

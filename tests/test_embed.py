@@ -17,6 +17,7 @@ import pytest
 
 from rag_mcp import embed
 from rag_mcp.embed import HASH_MODEL, load_embedder, model_identity, plan_batches
+from rag_mcp.embed_onnx import OnnxEmbedder
 from rag_mcp.errors import InvalidArgument
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,19 +51,23 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def onnx_fp32(cache_dir: Path) -> embed.Embedder:
-    return load_embedder(MODEL, "onnx", cache_dir=cache_dir, batch_size=4)
+def onnx_fp32(cache_dir: Path) -> OnnxEmbedder:
+    e = load_embedder(MODEL, "onnx", cache_dir=cache_dir, batch_size=4)
+    assert isinstance(e, OnnxEmbedder)
+    return e
 
 
 @pytest.fixture(scope="module")
-def onnx_int8(cache_dir: Path, onnx_fp32: embed.Embedder) -> embed.Embedder:
-    return load_embedder(MODEL, "onnx-int8", cache_dir=cache_dir, batch_size=4)
+def onnx_int8(cache_dir: Path, onnx_fp32: OnnxEmbedder) -> OnnxEmbedder:
+    e = load_embedder(MODEL, "onnx-int8", cache_dir=cache_dir, batch_size=4)
+    assert isinstance(e, OnnxEmbedder)
+    return e
 
 
 @pytest.fixture(scope="module")
 def reference() -> np.ndarray:
     """sentence-transformers itself, the ground truth for the fp32 backends."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
+    embed.offline()  # module-scoped, so the autouse monkeypatch has not run yet
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(str(embed.resolve_model(MODEL)), device="cpu")
