@@ -26,10 +26,21 @@ lint: setup
 	$(BIN)/ruff check rag_mcp indexers tools configs tests bench
 	$(BIN)/mypy
 
+# The MCP Inspector CLI for tests/test_inspector.py, from npm, once (keep the version in step with
+# that file; 1.x runs on Node 20). Without npm the test skips and says why; a failed install is
+# reported by the test itself.
+INSPECTOR_PREFIX = .cache/inspector
+INSPECTOR_BIN = $(INSPECTOR_PREFIX)/node_modules/.bin/mcp-inspector
+$(INSPECTOR_BIN):
+	-@if command -v npm >/dev/null 2>&1; then \
+	  npm install --prefix $(INSPECTOR_PREFIX) --no-audit --no-fund --loglevel=error \
+	    '@modelcontextprotocol/inspector@^1.0.3'; \
+	else echo "make test: npm not found; the MCP Inspector test will be skipped" >&2; fi
+
 # pytest exits 5 when it collects no tests (e.g. `make test PYTEST_ARGS="-k nothing"`): say so
 # and do not fail the run for it; every other non-zero status fails.
 PYTEST_ARGS ?=
-test: setup lint
+test: setup lint $(INSPECTOR_BIN)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 0; fi; exit $$rc
 

@@ -1,0 +1,74 @@
+"""``fetch``: OpenAI's connector and deep-research fetch tool over ``rag_get_span``.
+
+The contract (https://platform.openai.com/docs/mcp, "fetch tool"; docs/CLIENTS.md): one ``id``
+string from ``search``, and exactly one text content item whose text is the JSON object
+``{"id", "title", "text", "url", "metadata"}``. The text is the span as it is on disk now,
+redacted and capped at the response budget, exactly as ``rag_get_span`` returns it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field
+
+from rag_mcp.deps import Deps
+from rag_mcp.spanget import get_span
+from rag_mcp.spans import MAX_ID_LEN
+from tools._base import ToolSpec
+from tools.search import span_title, span_url
+
+DESCRIPTION = (
+    "Read one search result by its id: the span's current text (secrets redacted, size capped) "
+    "as JSON {\"id\", \"title\", \"text\", \"url\", \"metadata\"}."
+)
+
+
+class FetchResult(BaseModel):
+    id: str = Field(description="The id that was asked for")
+    title: str
+    text: str = Field(description="The span's lines as they are now (redacted, capped)")
+    url: str = Field(description="file:// URL of the file, with #Lstart-Lend")
+    metadata: dict[str, str] = Field(
+        description="path, lines, kind, language, symbol or heading, and whether the span "
+                    "moved (current_id), was truncated or had secrets redacted")
+
+
+def fetch(
+    deps: Deps,
+    id: Annotated[str, Field(  # noqa: A002 - the contract names the argument `id`
+        description="A result id from search (a span ID 'path:start-end:digest')",
+        min_length=1, max_length=MAX_ID_LEN)],
+) -> FetchResult:
+    r = get_span(deps.handle, deps.settings, id)
+    meta = {"path": r.path, "start_line": str(r.start_line), "end_line": str(r.end_line),
+            "kind": r.kind, "language": r.language, "symbol": r.symbol or "",
+            "heading": r.heading or "", "stale": str(r.stale).lower(),
+            "truncated": str(r.truncated).lower(), "redactions": str(r.redactions)}
+    if r.id != id:
+        meta["current_id"] = r.id
+    return FetchResult(id=id, title=span_title(r.path, r.start_line, r.end_line,
+                                               r.symbol or r.heading),
+                       text=r.text, url=span_url(deps.settings.root, r.path, r.start_line,
+                                                 r.end_line),
+                       metadata={k: v for k, v in meta.items() if v != ""})
+
+
+def render(r: FetchResult) -> str:
+    # The contract is the JSON itself: the connector parses this one text item.
+    return json.dumps(r.model_dump(mode="json"), ensure_ascii=False)
+
+
+def log_fields(params: dict[str, Any], r: FetchResult | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"span_id": str(params.get("id", ""))[:300]}
+    if r is not None:
+        out.update(stale=r.metadata.get("stale") == "true",
+                   truncated=r.metadata.get("truncated") == "true",
+                   redactions=int(r.metadata.get("redactions", "0")))
+    return out
+
+
+SPEC = ToolSpec(name="fetch", title="Fetch (ChatGPT connectors)", fn=fetch,
+                result=FetchResult, render=render, log_fields=log_fields)
+fetch.__doc__ = DESCRIPTION

@@ -1,0 +1,72 @@
+"""``search``: OpenAI's connector and deep-research search tool over ``rag_query``.
+
+ChatGPT connectors and deep research call a tool named ``search`` with one ``query`` string and
+read exactly one text content item whose text is the JSON object ``{"results": [{"id", "title",
+"url"}]}`` (https://platform.openai.com/docs/mcp, "search tool"; docs/CLIENTS.md). The IDs are
+our span IDs, which ``fetch`` accepts; the URL is a ``file://`` URL of the span's lines.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field
+
+from rag_mcp.deps import Deps
+from rag_mcp.query import QueryParams
+from tools._base import ToolSpec
+
+DESCRIPTION = (
+    "Search this repository's code and docs. Returns JSON {\"results\": [{\"id\", \"title\", "
+    "\"url\"}]}, best first; pass an id to fetch to read that span."
+)
+
+
+class SearchItem(BaseModel):
+    id: str = Field(description="Span ID 'path:start-end:digest'; pass it to fetch")
+    title: str = Field(description="Symbol or heading, then path and lines")
+    url: str = Field(description="file:// URL of the file, with #Lstart-Lend")
+
+
+class SearchResult(BaseModel):
+    results: list[SearchItem] = Field(description="Best first")
+
+
+def span_url(root: str, path: str, start: int, end: int) -> str:
+    """A citable ``file://`` URL for lines ``start``-``end`` of ``path`` under ``root``."""
+    return f"{(Path(root) / path).as_uri()}#L{start}-L{end}"
+
+
+def span_title(path: str, start: int, end: int, label: str | None) -> str:
+    where = f"{path}:{start}-{end}"
+    return f"{label} ({where})" if label else where
+
+
+def search(
+    deps: Deps,
+    query: Annotated[str, Field(
+        description="What to look for: a question, a behaviour, or identifiers from the code",
+        min_length=1, max_length=8192)],
+) -> SearchResult:
+    ans = deps.queries.query(QueryParams(query=query, k=deps.settings.k))
+    return SearchResult(results=[
+        SearchItem(id=h.id, title=span_title(h.path, h.start_line, h.end_line,
+                                             h.symbol or h.heading or h.preview[:120] or None),
+                   url=span_url(deps.settings.root, h.path, h.start_line, h.end_line))
+        for h in ans.hits])
+
+
+def render(r: SearchResult) -> str:
+    # The contract is the JSON itself: the connector parses this one text item.
+    return json.dumps(r.model_dump(mode="json"), ensure_ascii=False)
+
+
+def log_fields(params: dict[str, Any], r: SearchResult | None) -> dict[str, Any]:
+    return {"returned": len(r.results)} if r is not None else {}
+
+
+SPEC = ToolSpec(name="search", title="Search (ChatGPT connectors)", fn=search,
+                result=SearchResult, render=render, log_fields=log_fields)
+search.__doc__ = DESCRIPTION
