@@ -62,7 +62,11 @@ def answer_locally(deps: Deps, question: str, *, k: int = 5, span_ids: list[str]
         text, counts = redact(text)
         redactions += sum(counts.values())
         cleaned.append((sid, text))
-    user, used = build_prompt(q, cleaned, context_tokens=deps.llm.context_tokens,
+    # Retrieval ran on the question as asked (it is local); the model (perhaps remote, see
+    # OLLAMA_HOST) gets it with any pasted secret masked.
+    asked, counts = redact(q)
+    redactions += sum(counts.values())
+    user, used = build_prompt(asked, cleaned, context_tokens=deps.llm.context_tokens,
                               max_tokens=max_tokens)
     try:
         reply = deps.llm.chat(SYSTEM_PROMPT, user, model=model, max_tokens=max_tokens)

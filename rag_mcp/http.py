@@ -13,8 +13,11 @@ Threats, and the answer to each (docs/CLIENTS.md has the user-facing version):
   which cannot send headers; both are compared in constant time.
 * Guessing the token, or a leaked URL being hammered: with a token set, auth failures and
   requests are rate limited per client (429), and short tokens are refused at start.
-* Oversized bodies: 413 above ``http.max_body_bytes`` (declared length here, streamed length in
-  the SDK's transport).
+* Oversized bodies: 413 above ``http.max_body_bytes``, declared or streamed.
+* Malformed bodies: JSON the SDK's transport cannot parse without an exception it does not
+  expect (invalid UTF-8, nesting past the recursion limit, 5,000-digit numbers) got a 500 and a
+  full traceback in the server log per request (tests/test_hostile_traffic.py); the guard
+  answers those with JSON-RPC's parse error (400) before the SDK sees them.
 * Leaks through logs: uvicorn's access log is off; this module logs paths with the secret
   segment masked and never logs headers.
 """
@@ -22,6 +25,7 @@ Threats, and the answer to each (docs/CLIENTS.md has the user-facing version):
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import re
 import socket
@@ -63,6 +67,8 @@ REQUEST_BURST, REQUEST_RATE = 120, 5.0
 AUTH_FAILURE_BURST, AUTH_FAILURE_RATE = 10, 10 / 60
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~+=-]+")
+#: deeper JSON is refused (MCP messages nest a few levels; orjson, used by the log, stops at 255)
+MAX_JSON_DEPTH = 64
 _TOKEN_HINT = ("generate one with: python -c \"import secrets; print(secrets.token_urlsafe(32))\"")
 
 
@@ -193,8 +199,14 @@ class Guard:
             refusal = self._check(scope)
             if isinstance(refusal, Response):
                 await refusal(scope, receive, send_logged)
-            else:
-                await self.app(refusal, receive, send_logged)
+                return
+            if scope.get("method") == "POST" and refusal["path"] == MCP_PATH:
+                body = await self._body(receive)
+                if isinstance(body, Response):
+                    await body(scope, receive, send_logged)
+                    return
+                receive = _replay(body, receive)
+            await self.app(refusal, receive, send_logged)
         finally:
             log.debug("%s %s -> %s", scope.get("method"), mask_path(path), status["code"])
 
@@ -243,6 +255,83 @@ class Guard:
             return _error(413, "payload_too_large",
                           f"request body over {self.max_body} bytes (http.max_body_bytes)")
         return scope
+
+
+    async def _body(self, receive: Receive) -> bytes | Response:
+        """The whole request body, or the refusal: 413 past the cap, 400 for malformed JSON."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return _error(400, "bad_request", "the request body did not arrive")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return _error(413, "payload_too_large",
+                              f"request body over {self.max_body} bytes (http.max_body_bytes)")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        problem = json_problem(body)
+        if problem is None:
+            return body
+        log.info("refused a malformed JSON body (%s)", problem)
+        return JSONResponse({"jsonrpc": "2.0", "id": None,
+                             "error": {"code": -32700, "message": f"Parse error: {problem}"}},
+                            status_code=400)
+
+
+def json_problem(body: bytes) -> str | None:
+    """Why ``body`` is not a JSON message the server will read, or None."""
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        return f"nested deeper than {MAX_JSON_DEPTH} levels"
+    except UnicodeDecodeError:
+        return "the body is not valid UTF-8"
+    except ValueError as exc:  # JSONDecodeError, and integers past Python's digit limit
+        return "not valid JSON" if isinstance(exc, json.JSONDecodeError) else "a number too long"
+    # "\ud800" is valid JSON but no Unicode text: echoed back in a reply (an id, a name) it
+    # made the SDK fail to encode its response (500).
+    escapes = b"\\u" in body
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"nested deeper than {MAX_JSON_DEPTH} levels"
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+            if escapes:
+                stack.extend((k, depth) for k in item)
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif escapes and isinstance(item, str) and not _encodable(item):
+            return "a string holds an unpaired surrogate escape"
+    return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the app the body already read, then defers to the real one."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def _error(status: int, error: str, message: str, *, retry_after: int | None = None,

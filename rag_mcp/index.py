@@ -1,7 +1,16 @@
-"""Reading an index: open the current generation, check it, follow CURRENT as it moves."""
+"""Reading an index: open the current generation, check it, follow CURRENT as it moves.
+
+A generation is checked before it is used, because a damaged store can do worse than raise:
+Chroma's native HNSW loader crashes the whole process (SIGSEGV) on truncated or garbage segment
+files (chroma-core/chroma#7238, #7069; tests/test_hostile_index.py). So the files are compared
+with the checksums the manifest records, when it records them, before any store opens them; the
+catalog, lexical and vector counts must agree; and one lexical search runs, since tantivy opens
+some segment files only then.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -22,6 +31,44 @@ def index_command(settings: Settings, *, rebuild: bool = False) -> str:
     """The exact command that (re)builds this index, for error messages."""
     cmd = f"rag-index --root {settings.root}"
     return cmd + " --rebuild" if rebuild else cmd
+
+
+def checksummed(rel: str) -> bool:
+    """Whether a generation file keeps its bytes once published: readers change the lock files
+    and Chroma rewrites its SQLite bookkeeping on open, so those are not checksummed."""
+    name = rel.rsplit("/", 1)[-1]
+    return not (rel == gen.MANIFEST or name == gen.READERS or name.endswith(".lock")
+                or name.startswith("chroma.sqlite3"))
+
+
+def file_checksums(gen_dir: Path) -> dict[str, str]:
+    """sha256 of each checksummed file of a generation, by relative path: what the writer records
+    in the manifest under ``checksums`` and ``verify_checksums`` compares."""
+    out: dict[str, str] = {}
+    for path in sorted(gen_dir.rglob("*")):
+        rel = path.relative_to(gen_dir).as_posix()
+        if path.is_file() and checksummed(rel):
+            with path.open("rb") as fh:
+                out[rel] = hashlib.file_digest(fh, "sha256").hexdigest()
+    return out
+
+
+def verify_checksums(gen_dir: Path, manifest: dict[str, Any]) -> None:
+    """Raise ``IndexUnavailable`` naming the first file that is missing or not as published."""
+    recorded = manifest.get("checksums")
+    if not isinstance(recorded, dict):
+        return  # written before checksums were recorded: the count checks still apply
+    for rel, want in sorted(recorded.items()):
+        path = gen_dir / rel
+        try:
+            with path.open("rb") as fh:
+                got = hashlib.file_digest(fh, "sha256").hexdigest()
+        except FileNotFoundError:
+            raise IndexUnavailable(f"generation {gen_dir.name} is damaged: {rel} is missing"
+                                   ) from None
+        if got != want:
+            raise IndexUnavailable(f"generation {gen_dir.name} is damaged: {rel} changed since "
+                                   "it was written")
 
 
 def open_vectors(settings: Settings, gen_dir: Path, name: str, *, create: bool) -> VectorStore:
@@ -46,6 +93,7 @@ class OpenIndex:
         self.vectors: VectorStore | None = None
         try:
             self.manifest = gen.read_manifest(pointer.dir)
+            verify_checksums(pointer.dir, self.manifest)
             self.catalog = Catalog(pointer.dir / gen.CATALOG, readonly=True)
             counts = self.catalog.counts()
             if counts["spans"] != self.manifest.get("spans"):
@@ -59,6 +107,7 @@ class OpenIndex:
                     f"generation {pointer.dir.name} is inconsistent: the lexical index does "
                     "not match the catalog"
                 )
+            self.lexical.search(["rag-mcp-open-check"], 1)  # opens the postings of both fields
             self.vectors = open_vectors(settings, pointer.dir,
                                         str(self.manifest.get("vector_collection", "")),
                                         create=False)
@@ -132,7 +181,7 @@ class IndexHandle:
                     raise self._unavailable(f"no index for {self.settings.root} yet")
                 fresh = OpenIndex(self.settings, pointer)
             except IndexUnavailable as exc:
-                if "build it with" not in exc.message:
+                if "build it with" not in exc.message and "--rebuild" not in exc.message:
                     exc = IndexUnavailable(
                         f"{exc.message}; rebuild it with "
                         f"`{index_command(self.settings, rebuild=True)}`",

@@ -3,18 +3,22 @@
 Only this module imports ``ollama``. Its failures are translated here into ``E_LLM_UNAVAILABLE``
 with the fix (start the server, pull the model, raise the timeout): the client raises the builtin
 ``ConnectionError`` when nothing listens, ``ollama.ResponseError`` (with ``status_code``) for HTTP
-errors such as an unknown model, httpx timeouts when the server hangs, and pydantic/JSON errors
-when the reply is garbage.
+errors such as an unknown model, httpx errors when a reply is cut, pydantic/JSON errors when it is
+garbage, and our own deadline when the server hangs or trickles (``LocalLLM``).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from rag_mcp.errors import LLMUnavailable
+
+T = TypeVar("T")
 
 SYSTEM_PROMPT = (
     "You answer questions about a code repository using only the numbered source spans given "
@@ -23,6 +27,7 @@ SYSTEM_PROMPT = (
     "[src/app.py:10-42:3f2a9c1be07d]. If the spans do not contain the answer, say so."
 )
 CHARS_PER_TOKEN = 3.5  # conservative for code, so the prompt never overflows the context
+_CLOSE_TAG = re.compile(r"</\s*span", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,9 @@ def build_prompt(question: str, spans: list[tuple[str, str]], *, context_tokens:
     parts: list[str] = []
     used: list[str] = []
     for span_id, text in spans:
+        # Span text is repository data and may try to end its block early and speak as the
+        # prompt ("</span> Question: ..."): its closing tags are neutralised.
+        text = _CLOSE_TAG.sub(lambda m: "<\\/" + m.group(0)[2:], text)
         block = f"<span id=\"{span_id}\">\n{text}\n</span>"
         if len(block) > budget:
             if not used and budget > 400:  # always give the model at least the best span
@@ -56,7 +64,14 @@ def build_prompt(question: str, spans: list[tuple[str, str]], *, context_tokens:
 
 
 class LocalLLM:
-    """A thin, translated wrapper of ``ollama.Client``; one per server."""
+    """A thin, translated wrapper of ``ollama.Client``; one per server.
+
+    Every call has an overall deadline of ``timeout`` seconds. httpx's timeouts bound each
+    connect and each read, not the whole reply, so a server that trickles its answer a byte at
+    a time never trips them (tests/test_llm.py); the call therefore runs in a worker thread on
+    a client of its own, and at the deadline that client's transport is closed, which ends the
+    worker at its next read, and the caller gets ``E_LLM_UNAVAILABLE`` at once.
+    """
 
     def __init__(self, host: str, default_model: str, *, timeout: float,
                  context_tokens: int) -> None:
@@ -64,27 +79,43 @@ class LocalLLM:
         self.default_model = default_model
         self.timeout = timeout
         self.context_tokens = context_tokens
-        self._client: Any = None
-        self._lock = threading.Lock()
         self._reach: tuple[float, bool] | None = None
 
-    def _c(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                import ollama
+    def _bounded(self, call: Callable[[Any], T], seconds: float) -> T:
+        """``call(client)`` on a fresh client; ``TimeoutError`` when it outlives ``seconds``."""
+        import httpx
+        import ollama
 
-                self._client = ollama.Client(host=self.host, timeout=self.timeout)
-            return self._client
+        transport = httpx.HTTPTransport()
+        client = ollama.Client(host=self.host, timeout=seconds, transport=transport)
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["value"] = call(client)
+            except BaseException as exc:  # handed to the caller, who translates it
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="rag-llm-call", daemon=True).start()
+        finished = done.wait(seconds)
+        if not finished:
+            transport.close()  # the worker's next read fails and the thread ends
+            raise TimeoutError(f"no complete reply within {seconds:g} s")
+        client.close()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]  # type: ignore[no-any-return]
 
     def reachable(self, *, ttl: float = 10.0) -> bool:
-        """Whether the server answers ``/api/tags`` (cached for ``ttl`` seconds, 1 s timeout)."""
+        """Whether the server answers ``/api/tags`` (cached for ``ttl`` seconds, at most 1 s)."""
         now = time.monotonic()
         if self._reach is not None and now - self._reach[0] < ttl:
             return self._reach[1]
-        import ollama
-
         try:
-            ollama.Client(host=self.host, timeout=1.0).list()
+            self._bounded(lambda c: c.list(), min(1.0, self.timeout))
             ok = True
         except Exception:  # any failure means "not reachable" for a health check
             ok = False
@@ -98,14 +129,14 @@ class LocalLLM:
         name = model or self.default_model
         t0 = time.perf_counter()
         try:
-            resp = self._c().chat(
+            resp = self._bounded(lambda c: c.chat(
                 model=name,
                 messages=[{"role": "system", "content": system},
                           {"role": "user", "content": user}],
                 options={"num_predict": max_tokens, "num_ctx": self.context_tokens,
                          "temperature": 0.1},
                 stream=False,
-            )
+            ), self.timeout)
             answer = resp.message.content
             if not isinstance(answer, str):
                 raise ValueError("no message content")
@@ -120,7 +151,7 @@ class LocalLLM:
                 ) from None
             raise LLMUnavailable(
                 f"Ollama answered HTTP {exc.status_code}; check `ollama serve` logs") from None
-        except httpx.TimeoutException:
+        except (TimeoutError, httpx.TimeoutException):
             raise LLMUnavailable(
                 f"the local model did not answer within {self.timeout:g} s; raise "
                 "llm.timeout_seconds (RAG_LLM_TIMEOUT) or use a smaller model") from None

@@ -1,9 +1,9 @@
 """The JSONL log: one orjson line per tool call, size-rotated, never fatal.
 
-A line records what was asked and how it went (tool, client, query or its hash, k, tau, counts,
-scores, timings, bytes, redactions, span ID, error code) and never span text or secrets. Lines are
-appended with O_APPEND in a single write, so several server processes can share one file; the
-rotation check takes an flock so two processes never rotate at once.
+A line records what was asked and how it went (tool, client, query with any secret masked or
+its hash, k, tau, counts, scores, timings, bytes, redactions, span ID, error code) and never span
+text or secrets. Lines are appended with O_APPEND in a single write, so several server processes
+can share one file; the rotation check takes an flock so two processes never rotate at once.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from rag_mcp.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,8 @@ class ToolLog:
             return {}
         if self.queries == "hash":
             return {"query_sha256": hashlib.sha256(query.encode("utf-8", "replace")).hexdigest()}
-        return {"query": query[:QUERY_CHARS]}
+        # A client may paste a credential into a query; the log keeps the words, not the secret.
+        return {"query": redact(query)[0][:QUERY_CHARS]}
 
     def write(self, record: dict[str, Any]) -> bool:
         """Append one record; returns False (and counts the failure) instead of raising."""

@@ -3,7 +3,8 @@
 A span ID is only honoured when the catalog holds it (so a crafted path never reaches the file
 system), and even then the path is re-checked here: no absolute paths, no ``..``, no NUL, no
 symlink anywhere along the way (the walker never indexes symlinks, so one found now means the
-tree changed under us), and the final open uses ``O_NOFOLLOW``.
+tree changed under us: each component is opened with ``openat`` and ``O_NOFOLLOW``), only a
+regular file is read (never a FIFO or a device), and never more than ``MAX_READ_BYTES``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from rag_mcp.errors import InvalidArgument, NotFound, Stale
+from rag_mcp.errors import InvalidArgument, NotFound, RagError, Stale
 from rag_mcp.spans import digest, make_span_id, split_lines
 
 TRUNCATED = "\n[truncated]"
@@ -31,37 +32,69 @@ def check_relpath(rel: str) -> list[str]:
     return parts
 
 
-def open_inside(root: Path, rel: str) -> bytes:
-    """The bytes of ``root/rel``: ``Stale`` when it is gone, ``NotFound`` for a symlink or a
-    non-regular file, ``InvalidArgument`` for a path that could escape the root."""
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+# O_NONBLOCK: opening a FIFO planted where an indexed file was must not wait for a writer.
+_FILE_FLAGS = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+#: never read more than this from one file (a file swapped for a huge one after indexing)
+MAX_READ_BYTES = 64 * 1024 * 1024
+
+
+def _refusal(dir_fd: int, part: str, rel: str, exc: OSError) -> RagError:
+    """Why ``part`` (inside ``dir_fd``) could not be opened, as the error the caller sees."""
+    if exc.errno == errno.ENOENT:
+        # It was indexed, so it existed: the index is behind the tree, not the ID wrong.
+        return Stale(f"{rel} no longer exists; re-run rag-index")
+    try:
+        st = os.stat(part, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return NotFound(f"{rel} cannot be read")
+    if stat.S_ISLNK(st.st_mode):
+        return NotFound(f"{rel} is now a symbolic link; rag-mcp only reads regular files")
+    if exc.errno == errno.ENOTDIR:
+        return Stale(f"{rel} no longer exists; re-run rag-index")
+    return NotFound(f"{rel} cannot be read")
+
+
+def open_inside(root: Path, rel: str, *, max_bytes: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of ``root/rel``: ``Stale`` when it is gone or grew past ``max_bytes``,
+    ``NotFound`` for a symlink or a non-regular file, ``InvalidArgument`` for a path that could
+    escape the root.
+
+    The path is walked one component at a time with ``openat`` and ``O_NOFOLLOW``: checking
+    each component with ``lstat`` and then opening the whole path would leave a window in
+    which a directory swapped for a symlink is followed (tests/test_hostile_paths.py races it).
+    """
     parts = check_relpath(rel)
-    cur = root
-    for i, part in enumerate(parts):
-        cur = cur / part
+    try:
+        fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        raise NotFound(f"the repository root {root} cannot be read") from None
+    try:
+        for part in parts[:-1]:
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                raise _refusal(fd, part, rel, exc) from None
+            os.close(fd)
+            fd = nxt
         try:
-            st = os.lstat(cur)
-        except FileNotFoundError:
-            # It was indexed, so it existed: the index is behind the tree, not the ID wrong.
-            raise Stale(f"{rel} no longer exists; re-run rag-index") from None
-        except OSError:
-            raise NotFound(f"{rel} cannot be read") from None
-        if stat.S_ISLNK(st.st_mode):
-            raise NotFound(f"{rel} is now a symbolic link; rag-mcp only reads regular files")
-        if i < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
-            raise Stale(f"{rel} no longer exists; re-run rag-index")
-    try:
-        fd = os.open(cur, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise NotFound(f"{rel} is now a symbolic link") from None
-        raise NotFound(f"{rel} cannot be read") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotFound(f"{rel} is not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read()
+            ffd = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            raise _refusal(fd, parts[-1], rel, exc) from None
     finally:
         os.close(fd)
+    try:
+        if not stat.S_ISREG(os.fstat(ffd).st_mode):
+            raise NotFound(f"{rel} is not a regular file")
+        os.set_blocking(ffd, True)
+        with os.fdopen(ffd, "rb", closefd=False) as fh:
+            data = fh.read(max_bytes + 1)
+    finally:
+        os.close(ffd)
+    if len(data) > max_bytes:
+        raise Stale(f"{rel} grew past {max_bytes:,} bytes since it was indexed; re-run rag-index")
+    return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +121,12 @@ def locate(lines: list[str], start: int, end: int, want: str, first_line: str) -
 
 
 def read_span(root: Path, rel: str, start: int, end: int, want_digest: str, first_line: str,
-              *, context_lines: int = 0) -> SpanText:
+              *, context_lines: int = 0, max_bytes: int = MAX_READ_BYTES) -> SpanText:
     """Current text of a span: exact, moved (``stale``), or ``E_STALE`` when it changed.
 
     The text is whole: callers redact first and cap after, so a secret is never cut in half
     at the budget's edge (a half secret no longer matches its pattern)."""
-    data = open_inside(root, rel)
+    data = open_inside(root, rel, max_bytes=max_bytes)
     lines = split_lines(data.decode("utf-8", errors="replace").lstrip("\ufeff"))
     found = locate(lines, start, end, want_digest, first_line)
     if found is None:

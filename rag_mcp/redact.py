@@ -169,7 +169,9 @@ def _pem_end(text: str, kind: str, s: int, e: int) -> _Hit:
         if found:
             start = line_start + len(line) - len(line.lstrip(_PEM_JUNK))
         material, line_end = material + found, line_start
-    return (kind, start, e) if material >= 64 else None
+    # A span (or its context lines) may show only the key's last line: base64 right above an
+    # END marker is key material however short, while a parser's constant has none above it.
+    return (kind, start, e) if material >= 16 else None
 
 
 # --- token formats -----------------------------------------------------------------------------
@@ -473,3 +475,9 @@ def redact(text: str) -> tuple[str, dict[str, int]]:
             counts[r.kind] = counts.get(r.kind, 0) + 1
         text = "".join(parts) + text[last:]
     return text, counts
+
+
+def redact_label(value: str | None) -> str | None:
+    """A symbol, heading or path with any secret masked: Markdown headings and docstring-derived
+    labels are repository text too ("## Rotate ghp_... before release")."""
+    return redact(value)[0] if value else value

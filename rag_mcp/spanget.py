@@ -9,7 +9,7 @@ from rag_mcp.config import Settings
 from rag_mcp.errors import InvalidArgument, NotFound
 from rag_mcp.index import IndexHandle
 from rag_mcp.reader import cap_text, check_relpath, read_span
-from rag_mcp.redact import redact
+from rag_mcp.redact import redact, redact_label
 from rag_mcp.spans import Span, parse_span_id
 
 MAX_CONTEXT_LINES = 200
@@ -57,14 +57,17 @@ def get_span(handle: IndexHandle, settings: Settings, span_id: object,
         row = min(moved, key=lambda r: abs(r.span.start_line - sid.start_line))
     sp = row.span
     stored = catalog.text(row.sid) or ""
+    # The walker never indexes a file over max_file_bytes: one that grew past it has changed.
     result = read_span(Path(settings.root), sp.path, sp.start_line, sp.end_line, sp.digest,
-                       stored.split("\n", 1)[0], context_lines=context_lines)
+                       stored.split("\n", 1)[0], context_lines=context_lines,
+                       max_bytes=settings.max_file_bytes)
     text, counts = redact(result.text)  # redact the whole text, then cap it
     text, truncated = cap_text(text, max_bytes or settings.max_bytes)
     return SpanResult(
         id=result.id, requested_id=span_id, path=sp.path, start_line=result.start_line,
-        end_line=result.end_line, kind=sp.kind, language=sp.language, symbol=sp.symbol,
-        heading=sp.heading, text=text, stale=result.stale or result.id != span_id,
+        end_line=result.end_line, kind=sp.kind, language=sp.language,
+        symbol=redact_label(sp.symbol), heading=redact_label(sp.heading), text=text,
+        stale=result.stale or result.id != span_id,
         truncated=truncated, redactions=sum(counts.values()), redacted_kinds=counts,
         context_lines=context_lines, span=sp,
     )

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from rag_mcp.deps import Deps
-from rag_mcp.query import QueryAnswer, QueryParams
+from rag_mcp.query import QueryAnswer, QueryHit, QueryParams
+from rag_mcp.redact import redact_label
 from tools._base import ToolSpec
 
 DESCRIPTION = (
@@ -84,9 +85,15 @@ def rag_query(
     return to_result(ans)
 
 
+def to_hit(h: QueryHit) -> SpanHit:
+    # Previews and texts come redacted; labels too, since a heading is repository text.
+    return SpanHit(**{**asdict(h), "symbol": redact_label(h.symbol),
+                      "parent": redact_label(h.parent), "heading": redact_label(h.heading)})
+
+
 def to_result(ans: QueryAnswer) -> RagQueryResult:
     return RagQueryResult(
-        query=ans.query, hits=[SpanHit(**asdict(h)) for h in ans.hits],
+        query=ans.query, hits=[to_hit(h) for h in ans.hits],
         low_confidence=ans.low_confidence, message=ans.message, tau=ans.tau,
         returned=ans.returned, dropped_by_tau=ans.dropped_by_tau, cut_by_budget=ans.cut_by_budget,
         tokens_returned=ans.tokens_returned, tokens_whole_files=ans.tokens_whole_files,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from rag_mcp.deps import Deps
 from rag_mcp.query import QueryParams
+from rag_mcp.redact import redact_label
 from tools._base import ToolSpec
 
 DESCRIPTION = (
@@ -53,7 +54,8 @@ def search(
     ans = deps.queries.query(QueryParams(query=query, k=deps.settings.k))
     return SearchResult(results=[
         SearchItem(id=h.id, title=span_title(h.path, h.start_line, h.end_line,
-                                             h.symbol or h.heading or h.preview[:120] or None),
+                                             redact_label(h.symbol or h.heading)
+                                             or h.preview[:120] or None),
                    url=span_url(deps.settings.root, h.path, h.start_line, h.end_line))
         for h in ans.hits])
 
