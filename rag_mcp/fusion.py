@@ -1,16 +1,23 @@
 """How dense and lexical evidence become one calibrated score in [0, 1].
 
-For every candidate (the union of the dense and lexical top lists) we know:
-  * ``cos``  — cosine similarity of the query and span vectors (exact for every candidate: the
+For every candidate (the union of the dense and the lexical top lists) we know:
+  * ``cos`` — cosine similarity of the query and span vectors (exact for every candidate: the
     vectors of lexical-only candidates are fetched from the store), and
-  * ``lex``  — BM25 divided by the best BM25 of this query (0 when BM25 did not retrieve it).
+  * ``lex`` — the span's BM25 divided by the highest BM25 any span could reach for this query,
+    ``(k1 + 1) * sum(idf)`` over the query's terms (``LexicalIndex.upper_bound``): the share of
+    the query's information the span matches, on the same absolute [0, 1] scale for every query
+    (0 when BM25 did not retrieve it).
 
-The fused score is a convex combination ``raw = alpha * cos + (1 - alpha) * lex`` (the
-"convex combination with theoretical normalisation" of Bruch et al., 2023, which beat reciprocal
-rank fusion in their study and here: docs/RETRIEVAL.md). ``raw`` is then mapped to a probability
-of relevance with a logistic curve fitted per embedding model on labelled queries (Platt
-scaling): ``score = 1 / (1 + exp(-(a * raw + b)))``. The mapping is monotone, so it never changes
-the ranking; it only makes ``tau`` mean the same thing across queries and models.
+The default fusion ("convex") is the weighted sum ``raw = alpha * cos + (1 - alpha) * lex``
+(a convex combination with theoretical normalisation, Bruch et al., 2023). Dividing BM25 by its
+best hit instead (the usual min-max) hands the full lexical weight to the best keyword match
+of every query, even when that match is weak; equal-weight reciprocal rank fusion ignores the
+scores altogether. Both lost to the dense leg alone on code sets here (docs/RETRIEVAL.md).
+
+``raw`` is mapped to a probability of relevance by a logistic curve fitted per embedding model
+on labelled queries (Platt scaling, ``bench/calibrate.py``):
+``score = 1 / (1 + exp(-(a * raw + b)))``. The mapping is monotone, so it never changes the
+ranking; it makes ``tau`` mean the same thing across queries and models.
 """
 
 from __future__ import annotations
@@ -35,10 +42,11 @@ class Calibration:
 
 # Fitted by `bench/calibrate.py` on ../shared/eval (docs/RETRIEVAL.md shows the fit and plots).
 CALIBRATIONS: dict[str, Calibration] = {
-    "all-MiniLM-L6-v2": Calibration(alpha=0.7, a=10.0, b=-5.5, tau=0.0,
-                                    source="initial guess"),
+    "all-MiniLM-L6-v2": Calibration(alpha=0.6, a=6.829, b=-5.287, tau=0.0,
+                                    source="provisional: docs, cosqa, docstring"),
 }
-# Models without a fitted row: the same shape with a neutral tau.
+# Models without a fitted row: the same shape and no threshold (tau = 0 drops nothing), since
+# an uncalibrated score means nothing absolute.
 FALLBACK = Calibration(alpha=0.7, a=10.0, b=-5.5, tau=0.0, source="uncalibrated default")
 
 RRF_K = 60.0
@@ -56,9 +64,13 @@ def logistic(x: float) -> float:
     return e / (1.0 + e)
 
 
+def convex(cos: float, lex: float, alpha: float) -> float:
+    return alpha * cos + (1.0 - alpha) * lex
+
+
 def fuse(cos: float, lex: float, cal: Calibration) -> tuple[float, float]:
-    """``(raw, calibrated)`` for one candidate with the convex fusion."""
-    raw = cal.alpha * cos + (1.0 - cal.alpha) * lex
+    """``(raw, calibrated)`` for one candidate with the default (convex) fusion."""
+    raw = convex(cos, lex, cal.alpha)
     return raw, logistic(cal.a * raw + cal.b)
 
 

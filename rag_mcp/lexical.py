@@ -14,6 +14,7 @@ language query still matches the parts.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ WORD = re.compile(r"[A-Za-z0-9_]+")
 # Boundaries inside an identifier: "HTTPResponse" -> HTTP, Response; "utf8Decode" -> utf8, Decode.
 CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+[0-9]*|[A-Z]+[0-9]*|[0-9]+")
 MAX_TOKEN_LEN = 48
+BM25_K1 = 1.2  # tantivy's constant (with b = 0.75)
 
 STOP_WORDS = frozenset(
     "a an and are as at be but by for from how i if in into is it its of on or so such that the "
@@ -68,7 +70,7 @@ def name_tokens(path: str, label: str | None) -> list[str]:
 class LexicalIndex:
     """A tantivy index at ``path``: documents keyed by the span's integer ``sid``."""
 
-    NAME_BOOST = 2.0
+    NAME_BOOST = 0.5
 
     def __init__(self, path: Path, *, create: bool = False) -> None:
         import tantivy  # local: keeps `import rag_mcp` light
@@ -109,8 +111,13 @@ class LexicalIndex:
         self._searcher = None
 
     # -- reading -----------------------------------------------------------------------------
-    def search(self, tokens: Sequence[str], limit: int) -> list[tuple[int, float]]:
-        """``(sid, bm25)`` pairs, best first, for a bag of query tokens (OR semantics)."""
+    def search(self, tokens: Sequence[str], limit: int, *, name_boost: float | None = None,
+               field: str | None = None) -> list[tuple[int, float]]:
+        """``(sid, bm25)`` pairs, best first, for a bag of query tokens (OR semantics).
+
+        The score sums BM25 over the body field and, weighted by ``name_boost`` (default
+        ``NAME_BOOST``), the name field; ``field`` restricts the search to one of them.
+        """
         terms = list(dict.fromkeys(t for t in tokens if t))
         if not terms or limit <= 0:
             return []
@@ -118,19 +125,50 @@ class LexicalIndex:
             self._index.reload()
             self._searcher = self._index.searcher()
         t = self._t
+        boost = self.NAME_BOOST if name_boost is None else name_boost
         should = t.Occur.Should
-        clauses = [(should, t.Query.term_query(self._schema, "body", term)) for term in terms]
-        clauses += [
-            (should, t.Query.boost_query(t.Query.term_query(self._schema, "name", term),
-                                         self.NAME_BOOST))
-            for term in terms
-        ]
+        clauses = []
+        if field in (None, "body"):
+            clauses += [(should, t.Query.term_query(self._schema, "body", term))
+                        for term in terms]
+        if field == "name" or (field is None and boost > 0):
+            w = 1.0 if field == "name" else boost
+            clauses += [
+                (should, t.Query.boost_query(t.Query.term_query(self._schema, "name", term), w))
+                for term in terms
+            ]
         result = self._searcher.search(t.Query.boolean_query(clauses), limit)
         out = []
         doc = self._searcher.doc
         for score, address in result.hits:
             out.append((int(doc(address)["sid"][0]), float(score)))
         return out
+
+    def upper_bound(self, tokens: Sequence[str], *, name_boost: float | None = None) -> float:
+        """The highest BM25 any document could score for these tokens, as ``search`` sums it.
+
+        BM25 gives a term at most ``idf * (k1 + 1)`` (many occurrences in a short document), so
+        dividing a score by this bound puts it on an absolute scale in [0, 1]: how much of the
+        query's information a span matches, not how it compares with this query's best hit.
+        """
+        terms = list(dict.fromkeys(t for t in tokens if t))
+        if not terms:
+            return 0.0
+        if self._searcher is None:
+            self._index.reload()
+            self._searcher = self._index.searcher()
+        se = self._searcher
+        n = se.num_docs
+        boost = self.NAME_BOOST if name_boost is None else name_boost
+        total = 0.0
+        for field, weight in (("body", 1.0), ("name", boost)):
+            if weight <= 0:
+                continue
+            for term in terms:
+                df = se.doc_freq(field, term)
+                if df:
+                    total += weight * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        return total * (BM25_K1 + 1.0)
 
     def num_docs(self) -> int:
         self._index.reload()

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ import numpy as np
 from rag_mcp.catalog import SpanRow
 from rag_mcp.embed import Embedder
 from rag_mcp.errors import InvalidArgument
-from rag_mcp.fusion import FUSIONS, Calibration, calibration_for, fuse, logistic, rrf
+from rag_mcp.fusion import FUSIONS, Calibration, calibration_for, fuse, rrf
 from rag_mcp.index import IndexHandle, OpenIndex
 from rag_mcp.lexical import tokenize
 from rag_mcp.spans import Span
@@ -89,12 +89,13 @@ class Filters:
 @dataclass(frozen=True, slots=True)
 class Hit:
     row: SpanRow
-    score: float  # calibrated, in [0, 1]
-    raw: float  # before calibration (the fusion's own scale)
+    score: float  # calibrated, in [0, 1]: the default fusion's, whatever orders the hits
+    raw: float  # what orders the hits (the chosen fusion's own scale)
     cos: float
-    lex: float
+    lex: float  # BM25 over its upper bound for the query, in [0, 1]
     dense_rank: int | None
     lex_rank: int | None
+    bm25: float = 0.0  # the lexical leg's raw BM25 (0 when it did not retrieve the span)
 
     @property
     def span(self) -> Span:
@@ -143,6 +144,8 @@ class QueryVectors:
 class Retriever:
     """Turns a query into fused, filtered hits over the current index generation."""
 
+    #: candidates from each leg (x4 under a filter); MRR@10 was flat from 20 to 200 on the
+    #: evaluation sets (docs/RETRIEVAL.md), so this is headroom, not a tuned value
     POOL = 50
 
     def __init__(self, handle: IndexHandle, embedder_for: Callable[[dict[str, Any]], Embedder],
@@ -151,13 +154,19 @@ class Retriever:
         self.embedder_for = embedder_for
         self.qvec = query_vectors or QueryVectors()
 
+    def calibration(self, idx: OpenIndex) -> Calibration:
+        """The model's calibration, with the user's query.tau (RAG_TAU) when it is not "auto"."""
+        cal = calibration_for(str(idx.manifest.get("model", "")))
+        tau = getattr(self.handle.settings, "tau", None)
+        return cal if tau is None else replace(cal, tau=float(tau))
+
     def retrieve(self, text: str, filters: Filters, *, fusion: str = "convex",
                  pool: int | None = None) -> Retrieval:
         if fusion not in FUSIONS:
             raise InvalidArgument(f"fusion must be one of {', '.join(FUSIONS)}")
         idx = self.handle.get()
         assert idx.catalog is not None and idx.vectors is not None
-        cal = calibration_for(str(idx.manifest.get("model", "")))
+        cal = self.calibration(idx)
         timings: dict[str, float] = {}
         n = pool or self.POOL
         if filters.active:
@@ -172,16 +181,21 @@ class Retriever:
             dense = idx.vectors.query(qv, n)
             timings["dense_ms"] = (time.perf_counter() - t1) * 1000
         t2 = time.perf_counter()
-        lexical = idx.lexical.search(tokenize(text), n) if fusion != "dense" else []
+        lexical: list[tuple[int, float]] = []
+        bound = 0.0
+        if fusion != "dense":
+            tokens = tokenize(text)
+            lexical = idx.lexical.search(tokens, n)
+            bound = idx.lexical.upper_bound(tokens) if lexical else 0.0
         timings["lexical_ms"] = (time.perf_counter() - t2) * 1000
 
         t3 = time.perf_counter()
-        hits = self._fuse(idx, qv, dense, lexical, filters, fusion, cal)
+        hits = self._fuse(idx, qv, dense, lexical, bound, filters, fusion, cal)
         timings["fusion_ms"] = (time.perf_counter() - t3) * 1000
         return Retrieval(hits, idx, cal, timings)
 
     def _fuse(self, idx: OpenIndex, qv: np.ndarray | None, dense: list[tuple[str, float]],
-              lexical: list[tuple[int, float]], filters: Filters, fusion: str,
+              lexical: list[tuple[int, float]], bound: float, filters: Filters, fusion: str,
               cal: Calibration) -> list[Hit]:
         catalog = idx.catalog
         assert catalog is not None and idx.vectors is not None
@@ -196,15 +210,14 @@ class Retriever:
                     cands.setdefault(row.sid, row)
                     cos[row.sid] = sim
                     d_rank.setdefault(row.sid, rank)
-        top_bm25 = lexical[0][1] if lexical else 1.0
-        lex: dict[int, float] = {}
+        bm25: dict[int, float] = {}
         l_rank: dict[int, int] = {}
         for rank, (sid, bm) in enumerate(lexical):
-            row = by_sid.get(sid)
-            if row is None or not filters.matches(row.span):
+            lrow = by_sid.get(sid)
+            if lrow is None or not filters.matches(lrow.span):
                 continue
-            cands.setdefault(sid, row)
-            lex[sid] = bm / top_bm25 if top_bm25 > 0 else 0.0
+            cands.setdefault(sid, lrow)
+            bm25[sid] = bm
             l_rank[sid] = rank
         missing = [sid for sid in cands if sid not in cos]
         if missing and qv is not None:
@@ -215,17 +228,16 @@ class Retriever:
                 cos[sid] = float(np.dot(v, qv)) if v is not None else 0.0
         hits: list[Hit] = []
         for sid, row in cands.items():
-            c, lx = cos.get(sid, 0.0), lex.get(sid, 0.0)
+            c, bm = cos.get(sid, 0.0), bm25.get(sid, 0.0)
+            lx = min(1.0, bm / bound) if bound > 0 else 0.0
             dr, lr = d_rank.get(sid), l_rank.get(sid)
-            if fusion == "convex":
-                raw, score = fuse(c, lx, cal)
-            elif fusion == "rrf":
+            raw, score = fuse(c, lx, cal)
+            if fusion == "rrf":
                 raw = rrf(dr, lr)
-                score = logistic(cal.a * (cal.alpha * c + (1 - cal.alpha) * lx) + cal.b)
             elif fusion == "dense":
-                raw, score = c, logistic(cal.a * c * cal.alpha + cal.b)
-            else:
-                raw, score = lx, logistic(cal.a * lx * (1 - cal.alpha) + cal.b)
-            hits.append(Hit(row, score, raw, c, lx, dr, lr))
+                raw = c
+            elif fusion == "lexical":
+                raw = bm
+            hits.append(Hit(row, score, raw, c, lx, dr, lr, bm))
         hits.sort(key=lambda h: (-h.raw, h.span.path, h.span.start_line))
         return hits

@@ -1,0 +1,213 @@
+"""The quality bench: every evaluation set of ../shared/eval, every system, side by side.
+
+Systems: the kit's BM25 over fixed 40-line windows (the keyword baseline) and over whole files;
+dense only over fixed 1,000-character windows with 200 overlap (the design documents' "current
+indexer"); and, over our AST/wiki spans through rag-eval's path (QueryService, k = 10, tau = 0,
+budgets lifted): dense only, lexical only, hybrid (the default), hybrid with the other
+embedding backend, and hybrid plus rerank on a sample. Then the targets of issue 4, checked on
+the numbers of this run. Ablations (K, tau, candidate pool, cache, fusion) are in
+bench/quality_ablations.py.
+
+    .venv/bin/python -m bench.quality [--backend onnx-int8] [--compare onnx] \\
+        [--rerank-sample 40] [--reuse]
+
+Index the sets first (bench/quality_sets.py, slow). ``--reuse`` rescored saved runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from bench import quality_plots as plots
+from bench._report import md_table, write_section
+from bench.quality_runs import Run, score_run, service_run
+from bench.quality_sets import SETS, SHORT, EvalSet, load_set
+from bench.quality_windows import DenseWindows, bm25_windows_run
+
+MODEL = "all-MiniLM-L6-v2"
+RERANKER = "all-MiniLM-L6-v2"  # the bundled weights with an untrained head: plumbing only
+COLS = ["MRR@10", "hit@1", "hit@3", "hit@5", "hit@10", "nDCG@10", "tok@5", "file_tok@5"]
+
+
+def systems(backend: str, compare: str | None) -> list[tuple[str, Callable[[EvalSet], Run]]]:
+    tag = SHORT[backend]
+    out: list[tuple[str, Callable[[EvalSet], Run]]] = [
+        ("bm25-w40", lambda ev: Run(ev.name, "bm25-w40", bm25_windows_run(ev))),
+        ("bm25-file", lambda ev: Run(ev.name, "bm25-file", bm25_windows_run(ev, unit="file"))),
+        (f"dense-w1000 ({tag})", lambda ev: dense_windows(ev, backend)),
+        (f"dense ({tag})", lambda ev: service_run(ev, backend, f"dense ({tag})", fusion="dense")),
+        (f"lexical ({tag})",
+         lambda ev: service_run(ev, backend, f"lexical ({tag})", fusion="lexical")),
+        (f"hybrid ({tag})", lambda ev: service_run(ev, backend, f"hybrid ({tag})")),
+    ]
+    if compare:
+        ct = SHORT[compare]
+        out += [
+            (f"dense ({ct})", lambda ev: service_run(ev, compare, f"dense ({ct})",
+                                                     fusion="dense")),
+            (f"hybrid ({ct})", lambda ev: service_run(ev, compare, f"hybrid ({ct})")),
+        ]
+    return out
+
+
+def dense_windows(ev: EvalSet, backend: str) -> Run:
+    dw = DenseWindows(MODEL, backend)
+    try:
+        return Run(ev.name, f"dense-w1000 ({SHORT[backend]})", dw.run(ev))
+    finally:
+        dw.close()
+
+
+def get_run(ev: EvalSet, name: str, make: Callable[[EvalSet], Run], reuse: bool) -> Run:
+    saved = Run.load(ev.name, name) if reuse else None
+    if saved is not None:
+        return saved
+    run = make(ev)
+    run.system = name
+    run.save()
+    print(f"  {ev.name} / {name}: {run.seconds:.0f} s", flush=True)
+    return run
+
+
+def row(label: str, m: dict[str, float]) -> list[Any]:
+    share = m["tok@5"] / m["file_tok@5"] if m.get("file_tok@5") else 0.0
+    lat = (f"{m['p50_ms']:.0f} / {m['p95_ms']:.0f}" if "p50_ms" in m else "-")
+    return [label, *(f"{m[c]:.3f}" if "tok" not in c else f"{m[c]:,.0f}" for c in COLS),
+            f"{share:.1%}", lat]
+
+
+def targets(name: str, m: dict[str, dict[str, float]], tag: str) -> list[list[Any]]:
+    """Issue 4's targets for the default pipeline, on this run's own baselines."""
+    hy, bm, dw = m[f"hybrid ({tag})"], m["bm25-w40"], m[f"dense-w1000 ({tag})"]
+    share = hy["tok@5"] / hy["file_tok@5"] if hy["file_tok@5"] else 0.0
+    out = [
+        [name, "MRR@10 >= 1.3x BM25-w40", f"{hy['MRR@10']:.3f} vs {1.3 * bm['MRR@10']:.3f}",
+         _ok(hy["MRR@10"] >= 1.3 * bm["MRR@10"])],
+        [name, "MRR@10 > dense fixed windows", f"{hy['MRR@10']:.3f} vs {dw['MRR@10']:.3f}",
+         _ok(hy["MRR@10"] > dw["MRR@10"])],
+        [name, "tokens top 5 <= 15% of their files, hit@5 >= BM25-w40's",
+         f"{share:.1%}; hit@5 {hy['hit@5']:.3f} vs {bm['hit@5']:.3f}",
+         _ok(share <= 0.15 and hy["hit@5"] >= bm["hit@5"])],
+    ]
+    if name == "docs":
+        out.append([name, "hit@5 >= 0.90", f"{hy['hit@5']:.3f}", _ok(hy["hit@5"] >= 0.90)])
+    if name == "docstring":
+        out.append([name, "hit@10 >= 0.85", f"{hy['hit@10']:.3f}", _ok(hy["hit@10"] >= 0.85)])
+    return out
+
+
+def _ok(flag: bool) -> str:
+    return "met" if flag else "**missed**"
+
+
+def per_library(ev: EvalSet, runs: dict[str, Run], names: list[str]) -> str:
+    libs = sorted({q.get("lib", "") for q in ev.queries})
+    rows = []
+    for lib in libs:
+        qs = [q for q in ev.queries if q.get("lib", "") == lib]
+        for n in names:
+            m = score_run(ev, runs[n], queries=qs)
+            rows.append([f"{lib} (n={len(qs)})", n, f"{m['MRR@10']:.3f}", f"{m['hit@5']:.3f}",
+                         f"{m['hit@10']:.3f}", f"{m['tok@5']:,.0f}", f"{m['file_tok@5']:,.0f}"])
+    return md_table(["library", "system", "MRR@10", "hit@5", "hit@10", "tok@5", "file_tok@5"],
+                    rows)
+
+
+def rerank_rows(ev: EvalSet, backend: str, sample: int, hybrid: Run) -> list[list[Any]]:
+    """Hybrid with and without the cross-encoder on the same first ``sample`` queries."""
+    tag = SHORT[backend]
+    name = f"hybrid+rerank ({tag}, untrained head, n={sample})"
+    run = service_run(ev, backend, f"hybrid+rerank ({tag})", rerank=True, limit=sample,
+                      reranker_model=RERANKER)
+    qs = ev.queries[:sample]
+    return [row(f"hybrid ({tag}), same {sample} queries", score_run(ev, hybrid, queries=qs)),
+            row(name, score_run(ev, run, queries=qs))]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--backend", default="onnx-int8")
+    ap.add_argument("--compare", default="onnx", help="second backend ('' for none)")
+    ap.add_argument("--rerank-sample", type=int, default=40, help="0: no rerank rows")
+    ap.add_argument("--reuse", action="store_true", help="rescore saved runs")
+    ap.add_argument("--no-write", action="store_true")
+    a = ap.parse_args(argv)
+    tag = SHORT[a.backend]
+    sysdefs = systems(a.backend, a.compare or None)
+    names = [n for n, _ in sysdefs]
+    table, checks, libs, rerank = [], [], "", []
+    mrr: dict[tuple[str, str], float] = {}
+    cost_points: dict[str, list[tuple[str, float, float]]] = {}
+    for set_name in a.sets.split(","):
+        ev = load_set(set_name)
+        runs = {n: get_run(ev, n, make, a.reuse) for n, make in sysdefs}
+        scored = {n: score_run(ev, runs[n]) for n in names}
+        for n in names:
+            table.append([f"{set_name} (n={len(ev.queries)})", *row(n, scored[n])])
+            mrr[(set_name, n)] = scored[n]["MRR@10"]
+        cost_points[set_name] = [(n.split(" ")[0], scored[n]["tok@5"], scored[n]["hit@5"])
+                                 for n in names]
+        if set_name == "swebench_lite":
+            for n in names:
+                fl = score_run(ev, runs[n], file_level=True)
+                table.append([f"{set_name} [file-level]", *row(n, fl)])
+        checks += targets(set_name, scored, tag)
+        if set_name == "docstring":
+            libs = per_library(ev, runs, ["bm25-w40", f"dense ({tag})", f"lexical ({tag})",
+                                          f"hybrid ({tag})"])
+        if a.rerank_sample:
+            rerank += [[set_name, *r]
+                       for r in rerank_rows(ev, a.backend, a.rerank_sample,
+                                            runs[f"hybrid ({tag})"])]
+    sets = a.sets.split(",")
+    plots.bars(plots.IMG / "quality-mrr.png", sets, names, mrr, "MRR@10",
+               "MRR@10 per set and system")
+    plots.tradeoff(plots.IMG / "quality-tokens.png", cost_points, "tokens in the top 5 (log)",
+                   "hit@5", "Quality against tokens returned", logx=True)
+    header = ["set", "system", *COLS, "tok@5 / file_tok@5", "P50 / P95 ms"]
+    cmd = (f"python -m bench.quality --backend {a.backend} --compare {a.compare} "
+           f"--rerank-sample {a.rerank_sample}")
+    body = f"""## Retrieval quality: every set, every system
+
+`{cmd}` (after `python -m bench.quality_sets` has indexed the sets)
+
+Sets and scorer: ../shared/eval (the kit's relevance rule: same file, at least half of the gold
+lines covered). `bm25-*` are the kit's own baselines, measured in this run; `dense-w1000` embeds
+fixed 1,000-character windows (200 overlap) with the same model; the other rows are our spans
+through rag-eval's path (QueryService, k = 10, tau = 0, budgets lifted). `{tag}` = the
+`embed.backend` of the index. Latency is rag_query's own time per query (embedding, both legs,
+fusion, formatting) on a shared, loaded 2-core machine.
+
+{md_table(header, table)}
+
+![MRR@10](img/quality-mrr.png)
+![tokens](img/quality-tokens.png)
+
+### Targets (issue 4), default pipeline `hybrid ({tag})`
+
+{md_table(["set", "target", "measured", ""], checks)}
+"""
+    if libs:
+        body += f"\n### Docstring set per library\n\n{libs}\n"
+    if rerank:
+        body += f"""
+### Rerank (plumbing and cost only)
+
+No cross-encoder with trained weights is on this machine (nothing is downloaded), so the rerank
+rows use the bundled MiniLM weights as a CrossEncoder with an untrained, seeded classification
+head: they show the latency a MiniLM-sized cross-encoder adds over 20 candidates, not the
+quality a real reranker would bring (docs/RETRIEVAL.md).
+
+{md_table(header, rerank)}
+"""
+    print(body)
+    if not a.no_write:
+        write_section("quality-main", body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""Ablations of the default pipeline: K, tau, the candidate pool, the memo cache, the fusion.
+
+K and tau are cuts of the saved hybrid run (rag_query's k truncates the ranked list; tau drops
+hits under the threshold and keeps the best one when none passes), so they are exact without
+re-running. The pool, the cache and the fusion variants are real runs through rag-eval's path.
+
+    .venv/bin/python -m bench.quality_ablations [--backend onnx-int8] [--reuse]
+
+Run bench.quality first (it saves the hybrid runs this reads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from bench import quality_plots as plots
+from bench._report import md_table, write_section
+from bench.quality_runs import Run, score_run, service_run
+from bench.quality_sets import SETS, SHORT, EvalSet, load_set
+from rag_mcp.fusion import calibration_for
+
+KS = (3, 5, 8, 10)
+TAUS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+POOLS = (10, 20, 50, 100)
+FUSIONS = ("convex", "rrf", "dense", "lexical")
+
+
+def saved(ev: EvalSet, system: str, make, reuse: bool) -> Run:  # type: ignore[no-untyped-def]
+    run = Run.load(ev.name, system) if reuse else None
+    if run is None:
+        run = make()
+        print(f"  {ev.name} / {system}: {run.seconds:.0f} s", flush=True)
+    return run
+
+
+def study_k(evs: list[EvalSet], hybrid: dict[str, Run]) -> str:
+    rows, pts = [], {}
+    for ev in evs:
+        pts[ev.name] = []
+        for k in KS:
+            m = score_run(ev, hybrid[ev.name], k=k)
+            rows.append([ev.name, k, f"{m['MRR@10']:.3f}", f"{m[f'hit@{k}']:.3f}",
+                         f"{m['tok@10_k']:,.0f}"])
+            pts[ev.name].append((f"K={k}", m["tok@10_k"], m[f"hit@{k}"]))
+    plots.tradeoff(plots.IMG / "quality-k.png", pts, "tokens returned (top K)", "hit@K",
+                   "K: quality against tokens")
+    return md_table(["set", "K", "MRR@K", "hit@K", "tokens returned"], rows)
+
+
+def study_tau(evs: list[EvalSet], hybrid: dict[str, Run], tau_default: float) -> str:
+    rows, pts = [], {}
+    for ev in evs:
+        pts[ev.name] = []
+        for tau in TAUS:
+            m = score_run(ev, hybrid[ev.name], k=5, tau=tau)
+            rows.append([ev.name, f"{tau:g}" + (" (default)" if tau == tau_default else ""),
+                         f"{m['hit@5']:.3f}", f"{m['MRR@10']:.3f}", f"{m['tok@10_k']:,.0f}"])
+            pts[ev.name].append((f"{tau:g}", m["tok@10_k"], m["hit@5"]))
+    plots.tradeoff(plots.IMG / "quality-tau.png", pts, "tokens returned (k = 5)", "hit@5",
+                   "tau from 0 to 0.9: quality against tokens")
+    return md_table(["set", "tau", "hit@5", "MRR", "tokens returned (k = 5)"], rows)
+
+
+def study_pool(evs: list[EvalSet], backend: str, hybrid: dict[str, Run], reuse: bool) -> str:
+    tag = SHORT[backend]
+    rows, pts = [], {}
+    for ev in evs:
+        pts[ev.name] = []
+        for pool in POOLS:
+            name = f"hybrid ({tag}) pool {pool}"
+            run = hybrid[ev.name] if pool == 50 else saved(
+                ev, name, lambda ev=ev, pool=pool, name=name: service_run(
+                    ev, backend, name, pool=pool), reuse)
+            m = score_run(ev, run)
+            rows.append([ev.name, pool, f"{m['MRR@10']:.3f}", f"{m['hit@10']:.3f}",
+                         f"{m.get('p50_ms', 0):.0f}", f"{m.get('p95_ms', 0):.0f}"])
+            pts[ev.name].append((str(pool), m.get("p50_ms", 0.0), m["MRR@10"]))
+    plots.tradeoff(plots.IMG / "quality-pool.png", pts, "P50 latency ms", "MRR@10",
+                   "Candidate pool per leg: quality against latency")
+    return md_table(["set", "pool per leg", "MRR@10", "hit@10", "P50 ms", "P95 ms"], rows)
+
+
+def study_cache(ev: EvalSet, backend: str) -> str:
+    tag = SHORT[backend]
+    off = service_run(ev, backend, f"hybrid ({tag}) cache off", cache=False)
+    on = service_run(ev, backend, f"hybrid ({tag}) cache on, 2nd pass", passes=2)
+    same = all(off.results[q] == on.results[q] for q in off.results)
+    rows = []
+    for label, run in (("off", off), ("on, second pass (every query a hit)", on)):
+        took = sorted(run.took_ms.values())
+        rows.append([label, f"{statistics.median(took):.2f}",
+                     f"{took[int(0.95 * (len(took) - 1))]:.2f}"])
+    plots.bars(plots.IMG / "quality-cache.png", ["P50", "P95"], ["off", "on"],
+               {("P50", "off"): float(rows[0][1]), ("P95", "off"): float(rows[0][2]),
+                ("P50", "on"): float(rows[1][1]), ("P95", "on"): float(rows[1][2])},
+               "ms per query", f"Memo cache on {ev.name} ({len(ev.queries)} queries)")
+    return (md_table(["cache", "P50 ms", "P95 ms"], rows)
+            + f"\n\nIdentical results with and without the cache: **{same}**.")
+
+
+def study_fusion(evs: list[EvalSet], backend: str, hybrid: dict[str, Run], reuse: bool) -> str:
+    tag = SHORT[backend]
+    rows, vals = [], {}
+    for ev in evs:
+        for fusion in FUSIONS:
+            name = {"convex": f"hybrid ({tag})", "dense": f"dense ({tag})",
+                    "lexical": f"lexical ({tag})"}.get(fusion, f"{fusion} ({tag})")
+            run = hybrid[ev.name] if fusion == "convex" else saved(
+                ev, name, lambda ev=ev, fusion=fusion, name=name: service_run(
+                    ev, backend, name, fusion=fusion), reuse)
+            m = score_run(ev, run)
+            rows.append([ev.name, fusion, f"{m['MRR@10']:.3f}", f"{m['hit@5']:.3f}",
+                         f"{m['hit@10']:.3f}", f"{m['nDCG@10']:.3f}"])
+            vals[(ev.name, fusion)] = m["MRR@10"]
+    plots.bars(plots.IMG / "quality-fusion.png", [e.name for e in evs], list(FUSIONS), vals,
+               "MRR@10", "Fusion variants (same candidates)")
+    return md_table(["set", "fusion", "MRR@10", "hit@5", "hit@10", "nDCG@10"], rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--backend", default="onnx-int8")
+    ap.add_argument("--cache-set", default="docs")
+    ap.add_argument("--reuse", action="store_true")
+    ap.add_argument("--no-write", action="store_true")
+    a = ap.parse_args(argv)
+    tag = SHORT[a.backend]
+    evs = [load_set(s) for s in a.sets.split(",")]
+    hybrid = {}
+    for ev in evs:
+        run = Run.load(ev.name, f"hybrid ({tag})")
+        if run is None:
+            raise SystemExit(f"no saved hybrid run for {ev.name}: run bench.quality first")
+        hybrid[ev.name] = run
+    tau = calibration_for("all-MiniLM-L6-v2").tau
+    body = f"""## Ablations of the default pipeline ({a.backend})
+
+`python -m bench.quality_ablations --backend {a.backend}` (after `python -m bench.quality`)
+
+### K (spans returned)
+
+{study_k(evs, hybrid)}
+
+![K](img/quality-k.png)
+
+### tau (confidence threshold), k = 5
+
+The calibrated default is tau = {tau:g} (docs/RETRIEVAL.md). A query whose hits all fall under
+tau still gets its best guess, flagged `low_confidence`.
+
+{study_tau(evs, hybrid, tau)}
+
+![tau](img/quality-tau.png)
+
+### Candidate pool (per leg, before fusion)
+
+{study_pool(evs, a.backend, hybrid, a.reuse)}
+
+![pool](img/quality-pool.png)
+
+### Memo cache ({a.cache_set})
+
+{study_cache(load_set(a.cache_set), a.backend)}
+
+![cache](img/quality-cache.png)
+
+### Fusion variants
+
+`convex` is the default (calibrated weighted sum); `rrf` is equal-weight reciprocal rank
+fusion of the same two candidate lists; `dense` and `lexical` are the single legs.
+
+{study_fusion(evs, a.backend, hybrid, a.reuse)}
+
+![fusion](img/quality-fusion.png)
+"""
+    print(body)
+    if not a.no_write:
+        write_section("quality-ablations", body)
+
+
+if __name__ == "__main__":
+    main()

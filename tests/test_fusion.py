@@ -1,0 +1,119 @@
+"""The fused score: BM25's upper bound, the convex combination and its calibration, the fusion
+modes of the retriever, and the user's tau over the calibrated default."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rag_mcp.config import load_settings
+from rag_mcp.deps import Deps, build_deps
+from rag_mcp.errors import InvalidArgument
+from rag_mcp.fusion import CALIBRATIONS, FALLBACK, calibration_for, fuse, logistic, rrf
+from rag_mcp.lexical import LexicalIndex, tokenize
+
+HASH_MODEL = "test-hash-64"
+
+
+def test_upper_bound_is_never_reached_and_ignores_unknown_terms(tmp_path: Path) -> None:
+    lx = LexicalIndex(tmp_path / "lex", create=True)
+    docs = ["retry the request with backoff", "parse the span id", "retry retry retry",
+            "open a file", "close the socket"]
+    for sid, text in enumerate(docs):
+        lx.add(sid, tokenize(text), tokenize(f"src/mod{sid}.py fn{sid}"))
+    lx.commit()
+    query = tokenize("retry request zzzunknown")
+    for boost in (0.0, 0.5, 2.0):
+        bound = lx.upper_bound(query, name_boost=boost)
+        hits = lx.search(query, 10, name_boost=boost)
+        assert hits and all(0 < bm < bound for _, bm in hits)
+    # idf by hand: N = 5; "retry" in 2 bodies, "request" in 1; the unknown term adds nothing
+    idf = [math.log(1 + (5 - df + 0.5) / (df + 0.5)) for df in (2, 1)]
+    assert lx.upper_bound(query, name_boost=0.0) == pytest.approx(2.2 * sum(idf))
+    assert lx.upper_bound(tokenize("zzzunknown"), name_boost=0.0) == 0.0
+    # the name field counts with its weight ("src" and "py" are in every name)
+    with_name = lx.upper_bound(tokenize("src retry"), name_boost=0.5)
+    assert with_name > lx.upper_bound(tokenize("src retry"), name_boost=0.0)
+    body_only = lx.search(query, 10, field="body")
+    assert {sid for sid, _ in body_only} == {0, 2}
+
+
+def test_convex_fusion_is_calibrated_and_monotone() -> None:
+    cal = calibration_for("sentence-transformers/all-MiniLM-L6-v2")
+    assert cal is CALIBRATIONS["all-MiniLM-L6-v2"] and 0 < cal.alpha < 1
+    assert calibration_for("some-other-model") is FALLBACK and FALLBACK.tau == 0.0
+    raw, score = fuse(0.5, 0.4, cal)
+    assert raw == pytest.approx(cal.alpha * 0.5 + (1 - cal.alpha) * 0.4)
+    assert score == pytest.approx(1 / (1 + math.exp(-(cal.a * raw + cal.b))))
+    grid = [fuse(c / 10, lx / 10, cal) for c in range(11) for lx in range(11)]
+    by_raw = sorted(grid)
+    assert [s for _, s in by_raw] == sorted(s for _, s in by_raw)  # same order, raw or score
+    assert all(0.0 < s < 1.0 for _, s in grid)
+    assert logistic(-800.0) == 0.0 and logistic(800.0) == 1.0  # no overflow
+
+
+def test_rrf_counts_each_leg() -> None:
+    assert rrf(0, 0) == pytest.approx(2 / 61)
+    assert rrf(None, 4) == pytest.approx(1 / 65)
+    assert rrf(None, None) == 0.0
+    assert rrf(0, None, w_dense=2.0) == pytest.approx(2 / 61)
+
+
+@pytest.fixture
+def retriever_for(sample_repo: Path, monkeypatch: pytest.MonkeyPatch
+                  ) -> Iterator[Callable[..., Deps]]:
+    from indexers.pipeline import run_index
+
+    monkeypatch.setenv("RAG_EMBED_MODEL", HASH_MODEL)
+    run_index(load_settings({"root": str(sample_repo)}))
+    opened: list[Deps] = []
+
+    def make(**over: object) -> Deps:
+        deps = build_deps(load_settings({"root": str(sample_repo), **over}))
+        opened.append(deps)
+        return deps
+
+    yield make
+    for d in opened:
+        d.close()
+
+
+def test_fusion_modes_order_by_their_own_evidence(retriever_for: Callable[..., Deps]) -> None:
+    from rag_mcp.retrieve import Filters
+
+    deps = retriever_for()
+    r = deps.retriever
+    q = "retry the call with exponential backoff"
+    fused = r.retrieve(q, Filters(), fusion="convex").hits
+    assert fused and all(0.0 <= h.lex <= 1.0 and 0.0 < h.score < 1.0 for h in fused)
+    assert [h.raw for h in fused] == sorted((h.raw for h in fused), reverse=True)
+    assert fused[0].span.symbol == "retry"
+    dense = r.retrieve(q, Filters(), fusion="dense").hits
+    assert all(h.raw == h.cos and h.lex_rank is None for h in dense)
+    lexical = r.retrieve(q, Filters(), fusion="lexical").hits
+    assert all(h.raw == h.bm25 and h.dense_rank is None for h in lexical)
+    assert [h.bm25 for h in lexical] == sorted((h.bm25 for h in lexical), reverse=True)
+    rrf_hits = r.retrieve(q, Filters(), fusion="rrf").hits
+    assert {h.span.id for h in rrf_hits} == {h.span.id for h in fused}
+    # whatever orders the hits, the score is the calibrated default fusion's
+    by_id = {h.span.id: h.score for h in fused}
+    assert all(by_id[h.span.id] == h.score for h in rrf_hits)
+    with pytest.raises(InvalidArgument, match="fusion must be one of"):
+        r.retrieve(q, Filters(), fusion="magic")
+
+
+def test_query_tau_setting_overrides_the_calibrated_default(
+        retriever_for: Callable[..., Deps]) -> None:
+    from rag_mcp.query import QueryParams
+
+    auto = retriever_for()
+    model_tau = calibration_for(HASH_MODEL).tau
+    assert auto.queries.query(QueryParams("retry with backoff")).tau == model_tau
+    fixed = retriever_for(tau="0.99")
+    ans = fixed.queries.query(QueryParams("retry with backoff", k=5))
+    assert ans.tau == 0.99 and ans.low_confidence and ans.returned == 1
+    # an explicit tau on the call still wins
+    assert fixed.queries.query(QueryParams("retry with backoff", tau=0.0)).tau == 0.0
