@@ -1,10 +1,12 @@
 """One index run: walk, diff against the current generation, chunk, embed, publish.
 
-Only new or changed files are read and re-chunked; only spans whose embedded text is new to the
-index (and to the embedding cache) reach the model; spans of deleted files disappear. Chunking runs
-in a thread while the model embeds in the main thread (ONNX Runtime releases the GIL), so both
-cores work. Everything is written into a private ``tmp-`` generation and published atomically
-(rag_mcp.generation), which is what makes ``kill -9`` at any moment safe.
+Only new or changed files are read and re-chunked (``indexers.changes`` finds them, from a walk
+or from the paths a file watcher saw change); only spans whose embedded text is new to the index
+(and to the embedding cache) reach the model; spans of deleted files disappear. Chunking runs in a
+thread while the model embeds in the main thread (ONNX Runtime releases the GIL), so both cores
+work. Everything is written into a private ``tmp-`` generation and published atomically
+(rag_mcp.generation), which is what makes ``kill -9`` at any moment safe; a run stopped by Ctrl-C
+or ``cancel`` leaves the published index as it was and keeps the vectors computed so far.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import shutil
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from indexers import chunking, walk
+from indexers import changes, chunking, walk
 from indexers.embcache import EmbeddingCache
 from indexers.progress import Progress
 from rag_mcp import generation as gen
@@ -34,7 +36,12 @@ from rag_mcp.index import open_vectors
 from rag_mcp.lexical import LexicalIndex, name_tokens, tokenize
 from rag_mcp.spans import Span, content_hash, digest, embedding_key, embedding_text, span_text
 
-EMBED_FLUSH = 512  # texts gathered before a model call: larger pools batch by length better
+EMBED_FLUSH = 512  # texts gathered before embedding: larger pools batch by length better
+EMBED_SLICE = 128  # texts per model call, taken in length order from the pool
+
+
+class RunCancelled(Exception):
+    """The run was asked to stop (``cancel`` set); nothing was published."""
 
 
 @dataclass
@@ -101,10 +108,15 @@ def _vector_collection(settings: Settings, identity: str) -> str:
 
 class _Run:
     def __init__(self, settings: Settings, progress: Progress, rebuild: bool,
-                 embedder_factory: Callable[[], Embedder] | None) -> None:
+                 embedder_factory: Callable[[], Embedder] | None,
+                 paths: Collection[str] | None = None,
+                 cancel: threading.Event | None = None) -> None:
         self.s = settings
         self.p = progress
         self.rebuild = rebuild
+        self.paths = paths
+        self.cancel = cancel or threading.Event()
+        self.skipped_files: changes.SkippedFiles = {}
         self.base = settings.index_path
         self.identity = model_identity(settings.embed_model, settings.embed_backend)
         self.vcol = _vector_collection(settings, self.identity)
@@ -115,10 +127,14 @@ class _Run:
 
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self.p.log(f"loading embedding model {self.s.embed_model} ({self.s.embed_backend})")
-            self._embedder = self._factory() if self._factory else load_embedder(
-                self.s.embed_model, self.s.embed_backend, cache_dir=self.s.model_cache_path,
-                threads=self.s.embed_threads, batch_size=self.s.embed_batch)
+            if self._factory is not None:
+                self._embedder = self._factory()
+            else:
+                self.p.log(f"loading embedding model {self.s.embed_model} "
+                           f"({self.s.embed_backend})")
+                self._embedder = load_embedder(
+                    self.s.embed_model, self.s.embed_backend, cache_dir=self.s.model_cache_path,
+                    threads=self.s.embed_threads, batch_size=self.s.embed_batch)
             self.dim = self._embedder.dim
         return self._embedder
 
@@ -130,7 +146,9 @@ class _Run:
                 return None, None, None
             manifest = gen.read_manifest(pointer.dir)
             catalog = Catalog(pointer.dir / gen.CATALOG, readonly=True)
-            if catalog.counts()["spans"] != manifest.get("spans"):
+            # A watcher's small update skips this full scan of the catalog (0.1 s per run at
+            # 18k spans): the new generation is verified whole before it is published anyway.
+            if self.paths is None and catalog.counts()["spans"] != manifest.get("spans"):
                 catalog.close()
                 raise IndexUnavailable("catalog and manifest disagree")
             return pointer, manifest, catalog
@@ -140,28 +158,6 @@ class _Run:
         except Exception as exc:  # a garbage sqlite file raises sqlite3.DatabaseError, etc.
             self.stats.rebuilt = f"the existing index is damaged ({type(exc).__name__})"
             return None, None, None
-
-    def diff(self, cands: list[walk.Candidate], old: dict[str, FileRecord]
-             ) -> tuple[list[walk.Candidate], list[walk.Candidate], list[str]]:
-        """Split candidates into changed and touched (same content, new mtime); list deletions."""
-        changed: list[walk.Candidate] = []
-        touched: list[walk.Candidate] = []
-        for c in cands:
-            rec = old.get(c.rel)
-            if rec is None:
-                changed.append(c)
-            elif rec.size == c.size and rec.mtime_ns == c.mtime_ns:
-                continue
-            else:
-                try:
-                    data = c.abs_path.read_bytes()
-                except OSError:
-                    changed.append(c)  # the chunking thread records it as unreadable
-                    continue
-                (touched if content_hash(data) == rec.content_hash else changed).append(c)
-        present = {c.rel for c in cands}
-        deleted = [p for p in old if p not in present]
-        return changed, touched, deleted
 
     # -- phase 2: chunk in a thread ----------------------------------------------------------
     def chunk_one(self, c: walk.Candidate) -> _Work:
@@ -193,17 +189,28 @@ class _Run:
 
     def producer(self, todo: list[walk.Candidate], out: queue.Queue, stop: threading.Event
                  ) -> None:
-        t0 = time.perf_counter()
+        def put(item: object) -> bool:
+            # A bounded put that gives up once the writer stopped (error, Ctrl-C, cancel), so a
+            # long-lived watcher process never keeps a thread blocked on a dead queue.
+            while not stop.is_set():
+                try:
+                    out.put(item, timeout=0.2)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         try:
             for c in todo:
-                if stop.is_set():
+                t0 = time.perf_counter()
+                work = self.chunk_one(c)
+                self.stats.chunk_seconds += time.perf_counter() - t0  # parsing only, no waits
+                if not put(work):
                     return
-                out.put(self.chunk_one(c))
         except BaseException as exc:  # surface in the main thread, never die silently
-            out.put(exc)
+            put(exc)
         finally:
-            self.stats.chunk_seconds = time.perf_counter() - t0
-            out.put(None)
+            put(None)
 
     # -- phase 3: write ----------------------------------------------------------------------
     def run(self, wait: bool) -> RunStats:
@@ -227,19 +234,24 @@ class _Run:
             if st.rebuilt:
                 self.p.log(f"rebuilding the index: {st.rebuilt}")
             old = base_catalog.files() if (reuse and base_catalog) else {}
+            base_manifest = manifest if reuse else None
+            skipped = changes.skipped_from_manifest(base_manifest)
 
             t0 = time.perf_counter()
-            walked = walk.walk(Path(s.root), max_file_bytes=s.max_file_bytes,
-                               extra_ignore=s.ignore, index_dir=index_base(s))
-            st.skipped.update(walked.skipped)
-            changed, touched, deleted = self.diff(walked.files, old)
+            if base_manifest is not None and self.paths is not None:
+                cs = changes.from_paths(s, self.paths, old, skipped,
+                                        base_manifest.get("skipped_paths", {}))
+            else:
+                if self.paths is not None:
+                    self.p.log("no index to update yet: indexing the whole tree")
+                cs = changes.from_walk(s, old, skipped)
             st.walk_seconds = time.perf_counter() - t0
-            st.files_total = len(walked.files)
-            if reuse and not changed and not touched and not deleted:
+            st.files_total = cs.present
+            if reuse and cs.empty:
                 assert manifest is not None and pointer is not None
                 st.generation = pointer.generation
                 self._fill_counts_from(manifest, st)
-                st.files_unchanged = len(walked.files)
+                st.files_unchanged = cs.present
                 st.seconds = time.perf_counter() - t_start
                 return st
 
@@ -251,8 +263,7 @@ class _Run:
             if base_catalog is not None:
                 base_catalog.close()
                 base_catalog = None
-            self.write(tmp, n, walked, changed, touched, deleted, present_keys, manifest
-                       if reuse else None)
+            self.write(tmp, n, cs, present_keys, base_manifest)
             gen.publish(self.base, tmp, n)
             tmp = None
             st.generation, st.published = n, True
@@ -272,11 +283,13 @@ class _Run:
         st.by_language = dict(manifest.get("by_language", {}))
         st.by_kind = dict(manifest.get("by_kind", {}))
         st.fallback.update(manifest.get("fallback", {}))
+        st.skipped.update(manifest.get("skipped", {}))
 
-    def write(self, tmp: Path, n: int, walked: walk.WalkResult, changed: list[walk.Candidate],
-              touched: list[walk.Candidate], deleted: list[str], present: set[str],
+    def write(self, tmp: Path, n: int, cs: changes.ChangeSet, present: set[str],
               base_manifest: dict[str, Any] | None) -> None:
         s, st = self.s, self.stats
+        changed, touched, deleted = cs.changed, cs.touched, cs.deleted
+        self.skipped_files = dict(cs.skipped_files)
         catalog = Catalog(tmp / gen.CATALOG, readonly=False)
         lexical = LexicalIndex(tmp / gen.LEXICAL, create=True)
         vectors = open_vectors(s, tmp, self.vcol, create=True)
@@ -297,25 +310,35 @@ class _Run:
                     dropped += [k for _, k in gone]
                     st.spans_removed += len(gone)
             st.files_deleted = len(deleted)
-            st.files_unchanged = len(walked.files) - len(changed)
+            st.files_unchanged = cs.present - len(changed)
 
             self.p.start(len(changed))
             q: queue.Queue = queue.Queue(maxsize=64)
             th = threading.Thread(target=self.producer, args=(changed, q, stop), daemon=True)
             th.start()
             pending: dict[str, str] = {}  # key -> embedded text, waiting for the model
+            waiting = 0  # files stored whose spans are still in ``pending``
             added: set[str] = set()
             while True:
+                if self.cancel.is_set():
+                    raise RunCancelled("the index run was stopped")
                 item = q.get()
                 if item is None:
                     break
                 if isinstance(item, BaseException):
                     raise item
                 self._store_work(item, catalog, lexical, present, added, pending)
+                waiting += 1
                 if len(pending) >= EMBED_FLUSH:
                     self._flush(pending, vectors, cache, added)
+                if not pending:
+                    # a file counts as done once its spans are embedded: the ETA then follows
+                    # the model, not the chunker running ahead of it
+                    self.p.advance(files=waiting)
+                    waiting = 0
             th.join()
             self._flush(pending, vectors, cache, added)
+            self.p.advance(files=waiting)
 
             live = catalog.emb_keys()
             orphans = sorted((present | added) - live)
@@ -336,10 +359,11 @@ class _Run:
                     f"verification failed: {counts['spans']} spans, {lexical.num_docs()} lexical "
                     f"documents, {n_vec} vectors for {len(live)} keys"
                 )
-            st.spans_total = int(counts["spans"])  # type: ignore[arg-type]
-            st.by_language = dict(counts["by_language"])  # type: ignore[arg-type]
-            st.by_kind = dict(counts["by_kind"])  # type: ignore[arg-type]
-            st.fallback = Counter(counts["fallback"])  # type: ignore[arg-type]
+            st.spans_total = int(counts["spans"])  # type: ignore[call-overload]
+            st.by_language = dict(counts["by_language"])  # type: ignore[call-overload]
+            st.by_kind = dict(counts["by_kind"])  # type: ignore[call-overload]
+            st.fallback = Counter(counts["fallback"])  # type: ignore[call-overload]
+            st.skipped = cs.skipped_paths + Counter(r for _, _, r in self.skipped_files.values())
             manifest = {
                 "schema_version": gen.SCHEMA_VERSION,
                 "chunker_version": chunking.CHUNKER_VERSION,
@@ -362,6 +386,8 @@ class _Run:
                 "by_language": counts["by_language"],
                 "by_kind": counts["by_kind"],
                 "skipped": dict(st.skipped),
+                "skipped_paths": dict(cs.skipped_paths),
+                "skipped_files": {k: list(v) for k, v in sorted(self.skipped_files.items())},
                 "fallback": counts["fallback"],
                 "orphans": orphans if s.chroma_url else [],
                 "run": {k: v for k, v in st.to_dict().items()
@@ -380,8 +406,8 @@ class _Run:
                     added: set[str], pending: dict[str, str]) -> None:
         st = self.stats
         if w.record is None:
-            st.skipped[w.skip] += 1
-            self.p.advance(files=1)
+            c = w.cand
+            self.skipped_files[c.rel] = (c.size, c.mtime_ns, w.skip)
             return
         st.files_changed += 1
         catalog.put_file(w.record)
@@ -394,7 +420,7 @@ class _Run:
             else:
                 pending[key] = emb
         st.spans_added += len(w.spans)
-        self.p.advance(files=1, spans=len(w.spans))
+        self.p.advance(spans=len(w.spans))
 
     def _flush(self, pending: dict[str, str], vectors: Any, cache: EmbeddingCache,
                added: set[str]) -> None:
@@ -415,21 +441,37 @@ class _Run:
             self.stats.vectors_reused += len(ck)
             if not self.dim:
                 self.dim = int(next(iter(cached.values())).shape[0])
-        if todo:
+        # Slices of similar length: each keeps the model's length batching, lands in the cache
+        # at once (a stopped run loses at most one slice) and is a point where cancel is seen.
+        todo.sort(key=lambda k: len(pending[k]))
+        for i in range(0, len(todo), EMBED_SLICE):
+            if self.cancel.is_set():
+                raise RunCancelled("the index run was stopped")
+            part = todo[i : i + EMBED_SLICE]
             t0 = time.perf_counter()
-            vecs = self.embedder().embed_documents([pending[k] for k in todo])
+            vecs = self.embedder().embed_documents([pending[k] for k in part])
             self.stats.embed_seconds += time.perf_counter() - t0
-            cache.put(todo, vecs)
-            vectors.add(todo, vecs)
-            added.update(todo)
-            self.stats.embedded += len(todo)
-            self.p.advance(embedded=len(todo))
+            cache.put(part, vecs)
+            vectors.add(part, vecs)
+            added.update(part)
+            self.stats.embedded += len(part)
+            self.p.advance(embedded=len(part))
         pending.clear()
 
 
 def run_index(settings: Settings, *, rebuild: bool = False, wait: bool = True,
               progress: Progress | None = None,
-              embedder_factory: Callable[[], Embedder] | None = None) -> RunStats:
-    """Bring the index of ``settings.root`` up to date; returns what the run did."""
-    run = _Run(settings, progress or Progress(quiet=True), rebuild, embedder_factory)
+              embedder_factory: Callable[[], Embedder] | None = None,
+              paths: Collection[str] | None = None,
+              cancel: threading.Event | None = None) -> RunStats:
+    """Bring the index of ``settings.root`` up to date; returns what the run did.
+
+    Args:
+        paths: repo-relative files or folders known to have changed (a file watcher's batch);
+            only they are examined. None walks the whole tree.
+        cancel: set it from another thread to stop the run; it raises ``RunCancelled`` and
+            publishes nothing (vectors already computed stay in the embedding cache).
+    """
+    run = _Run(settings, progress or Progress(quiet=True), rebuild, embedder_factory, paths,
+               cancel)
     return run.run(wait)

@@ -4,6 +4,7 @@ Layout under ``<index_dir>/<collection>/``::
 
     CURRENT            {"generation": 7, "dir": "gen-000007"}, replaced atomically
     writer.lock        flock held by the one indexing process (its pid inside, for messages)
+    watcher.lock       flock held by the one process watching the tree (rag-index/rag-mcp --watch)
     gen-000007/        a complete, immutable generation
         manifest.json  schema/chunker version, model, dimension, config hash, counts (written last)
         spans.sqlite   every file (content hash) and span record (rag_mcp.catalog)
@@ -45,6 +46,7 @@ LEXICAL = "lexical"
 CHROMA = "chroma"
 READERS = ".readers"
 LOCK = "writer.lock"
+WATCH_LOCK = "watcher.lock"
 
 
 def gen_dir_name(n: int) -> str:
@@ -136,15 +138,20 @@ def fsync_tree(path: Path) -> None:
 
 
 class WriterLock:
-    """Exclusive lock on an index; ``wait=False`` fails at once with the holder's pid."""
+    """Exclusive lock on an index; ``wait=False`` fails at once with the holder's pid.
 
-    def __init__(self, base: Path) -> None:
+    ``name=WATCH_LOCK`` is the same kind of lock for the watcher role: one process per index
+    turns file events into index runs, any other watcher only reads.
+    """
+
+    def __init__(self, base: Path, name: str = LOCK) -> None:
         self.base = base
+        self.name = name
         self._fd: int | None = None
 
     def acquire(self, *, wait: bool, on_wait: Any = None) -> None:
         self.base.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.base / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.base / self.name, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -153,9 +160,10 @@ class WriterLock:
                     raise
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
                 if not wait:
+                    what = "is watching" if self.name == WATCH_LOCK else "is writing"
                     raise IndexBusy(
-                        f"another rag-index (pid {holder}) is writing this index; "
-                        "wait for it to finish or stop it"
+                        f"another rag-index (pid {holder}) {what} this index; "
+                        "wait for it to finish or stop it", details={"pid": holder}
                     ) from None
                 if on_wait is not None:
                     on_wait(holder)

@@ -12,9 +12,11 @@ This is the only module that imports ``chromadb``; its errors are translated her
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -37,19 +39,71 @@ def _chroma() -> Any:
     return chromadb
 
 
-def _settings(**kw: Any) -> Any:
+@functools.cache
+def _settings_prototype() -> Any:
     from chromadb.config import Settings
 
-    return Settings(anonymized_telemetry=False, **kw)
+    return Settings(anonymized_telemetry=False)
+
+
+def _settings() -> Any:
+    # A copy of one prototype: constructing Settings makes pydantic-settings read the environment
+    # and .env files (~0.15 s measured), which a watcher would pay per run and a server per new
+    # generation. A copy each time, because PersistentClient writes its path into the object.
+    return _settings_prototype().model_copy()
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The HTTP status behind a Chroma client error, if any (it wraps httpx's in plain types)."""
+    seen: BaseException | None = exc
+    for _ in range(6):
+        if seen is None:
+            return None
+        response = getattr(seen, "response", None)
+        status = getattr(response, "status_code", None)
+        if isinstance(status, int):
+            return status
+        code = getattr(seen, "code", None)  # ChromaError.code() is the HTTP status it maps to
+        if callable(code) and type(seen).__name__ in ("ChromaAuthError", "AuthorizationError"):
+            value = code()
+            return value if isinstance(value, int) else None
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _server_error(server: str, what: str, exc: BaseException) -> IndexUnavailable:
+    status = _http_status(exc)
+    if status in (401, 403):
+        return IndexUnavailable(
+            f"the Chroma server at {server} refused the credentials (HTTP {status}); check "
+            "RAG_CHROMA_TOKEN (and RAG_CHROMA_TENANT / RAG_CHROMA_DATABASE)")
+    return IndexUnavailable(
+        f"the Chroma server at {server} failed to {what} ({type(exc).__name__}); is `chroma run` "
+        "up? (RAG_CHROMA_URL)")
 
 
 class VectorStore:
     """One Chroma collection: add, delete and query vectors by key."""
 
-    def __init__(self, client: Any, collection: Any, *, owns_client: bool) -> None:
+    def __init__(self, client: Any, collection: Any, *, owns_client: bool,
+                 server: str = "") -> None:
         self._client = client
         self._col = collection
         self._owns_client = owns_client
+        self.server = server  # "http://host:port" of a Chroma server, "" when embedded
+
+    @contextlib.contextmanager
+    def _translate(self, what: str) -> Iterator[None]:
+        """Chroma and its HTTP transport raise many types: one coded error, with the fix."""
+        try:
+            yield
+        except Exception as exc:
+            if self.server:
+                raise _server_error(self.server, what, exc) from exc
+            raise IndexUnavailable(
+                f"the vector store failed to {what} ({type(exc).__name__}); "
+                "re-run `rag-index` to rebuild it"
+            ) from exc
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -76,22 +130,29 @@ class VectorStore:
                 "store.chroma_url must look like http://host:8000 (env RAG_CHROMA_URL), "
                 f"got {url!r}"
             )
-        headers = {"Authorization": f"Bearer {token}"} if token else None
+        # A token goes out both ways Chroma deployments read it: a proxy in front of the 1.x
+        # server (which has no check of its own) usually wants a bearer token, Chroma Cloud and
+        # distributed Chroma's gateway read X-Chroma-Token.
+        headers = ({"Authorization": f"Bearer {token}", "X-Chroma-Token": token}
+                   if token else None)
         port = parsed.port or (443 if parsed.scheme == "https" else 8000)
+        server = f"{parsed.scheme}://{parsed.hostname}:{port}"
+        settings = _settings()
+        if parsed.scheme == "http":
+            # Plain HTTP verifies no certificate; left at its default, httpx loads the CA bundle
+            # for every client (~0.16 s measured), i.e. per index run and per new generation.
+            settings.chroma_server_ssl_verify = False
         try:
             client = _chroma().HttpClient(
                 host=parsed.hostname, port=port, ssl=parsed.scheme == "https", headers=headers,
-                tenant=tenant, database=database, settings=_settings(),
+                tenant=tenant, database=database, settings=settings,
             )
             col = cls._collection(client, name, create)
         except IndexUnavailable:
             raise
         except Exception as exc:
-            raise IndexUnavailable(
-                f"cannot reach the Chroma server at {parsed.scheme}://{parsed.hostname}:{port} "
-                f"({type(exc).__name__}); is `chroma run` up? (RAG_CHROMA_URL)"
-            ) from exc
-        return cls(client, col, owns_client=True)
+            raise _server_error(server, "answer", exc) from exc
+        return cls(client, col, owns_client=True, server=server)
 
     @staticmethod
     def _collection(client: Any, name: str, create: bool) -> Any:
@@ -102,6 +163,8 @@ class VectorStore:
         try:
             return client.get_collection(name, embedding_function=None)
         except Exception as exc:
+            if _http_status(exc) in (401, 403):
+                raise  # a refused token is not a missing collection
             raise IndexUnavailable(f"the vector collection {name} does not exist") from exc
 
     # -- operations --------------------------------------------------------------------------
@@ -109,33 +172,38 @@ class VectorStore:
         if not len(keys):
             return
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        for i in range(0, len(keys), _ADD_BATCH):
-            self._col.upsert(ids=list(keys[i : i + _ADD_BATCH]),
-                             embeddings=vectors[i : i + _ADD_BATCH])
+        with self._translate("store vectors"):
+            for i in range(0, len(keys), _ADD_BATCH):
+                self._col.upsert(ids=list(keys[i : i + _ADD_BATCH]),
+                                 embeddings=vectors[i : i + _ADD_BATCH])
 
     def delete(self, keys: Sequence[str]) -> None:
         keys = list(keys)
-        for i in range(0, len(keys), _ADD_BATCH):
-            self._col.delete(ids=keys[i : i + _ADD_BATCH])
+        with self._translate("delete vectors"):
+            for i in range(0, len(keys), _ADD_BATCH):
+                self._col.delete(ids=keys[i : i + _ADD_BATCH])
 
     def existing(self, keys: Sequence[str]) -> set[str]:
         """The subset of ``keys`` already stored (a server shared by several indexers)."""
         found: set[str] = set()
         keys = list(keys)
-        for i in range(0, len(keys), _ADD_BATCH):
-            got = self._col.get(ids=keys[i : i + _ADD_BATCH], include=[])
-            found.update(got["ids"])
+        with self._translate("look up vectors"):
+            for i in range(0, len(keys), _ADD_BATCH):
+                got = self._col.get(ids=keys[i : i + _ADD_BATCH], include=[])
+                found.update(got["ids"])
         return found
 
     def all_keys(self) -> set[str]:
         total = self.count()
         found: set[str] = set()
-        for offset in range(0, total, 10_000):
-            found.update(self._col.get(include=[], limit=10_000, offset=offset)["ids"])
+        with self._translate("list vectors"):
+            for offset in range(0, total, 10_000):
+                found.update(self._col.get(include=[], limit=10_000, offset=offset)["ids"])
         return found
 
     def vectors(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        got = self._col.get(ids=list(keys), include=["embeddings"])
+        with self._translate("read vectors"):
+            got = self._col.get(ids=list(keys), include=["embeddings"])
         pairs = zip(got["ids"], got["embeddings"], strict=True)
         return {k: np.asarray(v, dtype=np.float32) for k, v in pairs}
 
@@ -143,22 +211,18 @@ class VectorStore:
         """Nearest keys with cosine similarity, best first."""
         if n <= 0:
             return []
-        try:
+        with self._translate("answer"):
             res = self._col.query(
                 query_embeddings=np.asarray(vector, dtype=np.float32).reshape(1, -1),
                 n_results=n, include=["distances"],
             )
-        except Exception as exc:
-            raise IndexUnavailable(
-                f"the vector store failed to answer ({type(exc).__name__}); "
-                "re-run `rag-index` to rebuild it"
-            ) from exc
         ids = res["ids"][0]
         dists = res["distances"][0] if res.get("distances") else [1.0] * len(ids)
         return [(k, 1.0 - float(d)) for k, d in zip(ids, dists, strict=True)]
 
     def count(self) -> int:
-        return int(self._col.count())
+        with self._translate("count vectors"):
+            return int(self._col.count())
 
     def close(self) -> None:
         if self._owns_client and self._client is not None:
