@@ -130,8 +130,6 @@ def test_the_writer_records_checksums(hnsw_index: tuple[Path, Path]) -> None:
     assert manifest.get("checksums") == file_checksums(pointer.dir)
 
 
-@pytest.mark.xfail(strict=True, reason="indexers/embcache.py raises sqlite3.DatabaseError on a "
-                   "damaged cache instead of starting a fresh one (the issue-7 report)")
 @pytest.mark.parametrize("how", ["truncate", "garbage"])
 def test_a_damaged_embedding_cache_does_not_stop_rag_index(sample_repo: Path, how: str) -> None:
     s = load_settings({"root": str(sample_repo), "embed_model": hc.HASH})
