@@ -21,6 +21,7 @@ commands:
 
 examples:
   rag-mcp --root ~/src/app
+  rag-mcp --root ~/src/app --root ~/src/lib   serve two repositories (rag_query takes repo=)
   rag-mcp ask "where is the retry policy configured?" --k 3 --include-text
   RAG_LOCAL_LLM=1 rag-mcp         also offer local_llm_rag_query (needs `ollama serve`)
 
@@ -29,7 +30,9 @@ Configuration: configs/default.toml < --config FILE < RAG_* variables < flags.
 
 
 def _common(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--root", help="repository root (default: the enclosing git root)")
+    ap.add_argument("--root", action="append", metavar="ROOT",
+                    help="repository root (default: the enclosing git root); repeat it to serve "
+                         "several repositories, each with its own index")
     ap.add_argument("--config", metavar="FILE", help="a TOML file with any subset of the knobs")
     ap.add_argument("--index-dir", help="where the index lives (default <root>/.rag)")
     ap.add_argument("--log-dir", help="where JSONL tool logs go")
@@ -67,8 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    roots: list[str] = args.root or []
     overrides: dict[str, Any] = {
-        "root": args.root, "index_dir": args.index_dir, "log_dir": args.log_dir,
+        "root": roots[0] if roots else None, "roots": roots if len(roots) > 1 else None,
+        "index_dir": args.index_dir, "log_dir": args.log_dir,
         "http_host": getattr(args, "host", None), "http_port": getattr(args, "port", None),
     }
     if getattr(args, "local_llm", False):

@@ -11,7 +11,6 @@ from rag_mcp.errors import InvalidArgument, LLMUnavailable, RagError
 from rag_mcp.llm import SYSTEM_PROMPT, build_prompt
 from rag_mcp.query import QueryParams
 from rag_mcp.redact import redact
-from rag_mcp.spanget import get_span
 
 MAX_SPAN_IDS = 20
 _CITE = re.compile(r"\[([^\[\]\s]+:\d+-\d+:[0-9a-f]{12})\]")
@@ -47,7 +46,7 @@ def answer_locally(deps: Deps, question: str, *, k: int = 5, span_ids: list[str]
         if len(span_ids) > MAX_SPAN_IDS:
             raise InvalidArgument(f"at most {MAX_SPAN_IDS} span_ids")
         for sid in span_ids:
-            r = get_span(deps.handle, deps.settings, sid)  # redacted already
+            _, r = deps.find_span(sid)  # redacted already; looked up in every served repo
             spans.append((r.id, r.text))
             redactions += r.redactions
     else:

@@ -85,7 +85,9 @@ def server_command() -> list[str]:
 
 
 def server_args(settings: Settings) -> list[str]:
-    args = ["serve", "--root", settings.root]
+    args = ["serve"]
+    for root in settings.roots:  # one --root per served repository
+        args += ["--root", root]
     if settings.index_dir != defaults()["index_dir"]:
         args += ["--index-dir", settings.index_dir]
     if settings.log_dir:

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ class Knob:
     key: str
     env: str
     flag: str | None
-    type: str  # int | float | bool | str | list | choice | tau
+    type: str  # int | float | bool | str | list | paths | choice | tau
     lo: float | None = None
     hi: float | None = None
     choices: tuple[str, ...] = ()
@@ -41,6 +41,7 @@ class Knob:
 
 KNOBS: tuple[Knob, ...] = (
     Knob("root", "repo.root", "RAG_REPO_ROOT", "--root", "str"),
+    Knob("roots", "repo.roots", "RAG_ROOTS", "--root", "paths"),
     Knob("index_dir", "index.dir", "RAG_INDEX_DIR", "--index-dir", "str"),
     Knob("collection", "index.collection", "RAG_COLLECTION", "--collection", "str"),
     Knob("max_file_bytes", "index.max_file_bytes", "RAG_MAX_FILE_BYTES", "--max-file-bytes",
@@ -102,9 +103,11 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Every knob, parsed and validated; ``root`` is absolute and resolved."""
+    """Every knob, parsed and validated; ``root`` is absolute and resolved, and ``roots`` holds
+    every served root (``root`` first), absolute, resolved and distinct."""
 
     root: str
+    roots: tuple[str, ...]
     index_dir: str
     collection: str
     max_file_bytes: int
@@ -150,6 +153,10 @@ class Settings:
     @property
     def root_path(self) -> Path:
         return Path(self.root)
+
+    def for_root(self, root: str) -> Settings:
+        """The settings of one served repository (its own index, logs shared)."""
+        return replace(self, root=root, roots=(root,))
 
     @property
     def index_path(self) -> Path:
@@ -227,6 +234,16 @@ def default_root(cwd: Path | None = None) -> Path:
     return find_git_root(cwd) or cwd
 
 
+def _resolve_root(value: str, cwd: Path | None, knob: Knob) -> str:
+    root = Path(value).expanduser()
+    if not root.is_absolute():
+        root = (cwd or Path.cwd()) / root
+    root = root.resolve()
+    if not root.is_dir():
+        raise ConfigError(f"repository root {root} is not a directory; check {_describe(knob)}")
+    return str(root)
+
+
 def _describe(knob: Knob) -> str:
     flag = f", flag {knob.flag}" if knob.flag else ""
     return f"{knob.key} (env {knob.env}{flag})"
@@ -244,9 +261,10 @@ def _parse(knob: Knob, value: Any, from_text: bool) -> Any:
         if not isinstance(value, str):
             raise _bad(knob, value, "must be a string")
         return value
-    if t == "list":
+    if t in ("list", "paths"):
         if from_text and isinstance(value, str):
-            return tuple(v.strip() for v in value.split(",") if v.strip())
+            sep = os.pathsep if t == "paths" else ","  # a path list, like PATH
+            return tuple(v.strip() for v in value.split(sep) if v.strip())
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return tuple(value)
         raise _bad(knob, value, "must be a list of strings")
@@ -325,33 +343,39 @@ def load_settings(
     ``None`` values mean "flag not given"."""
     env = os.environ if environ is None else environ
     raw: dict[str, tuple[Any, bool]] = {a: (v, False) for a, v in defaults().items()}
+    level = dict.fromkeys(raw, 0)  # which source won: default 0, file 1, env 2, flag 3
     cfg = config_file or env.get("RAG_CONFIG")
     if cfg:
-        raw.update({a: (v, False) for a, v in _load_toml_file(Path(cfg).expanduser()).items()})
+        for a, v in _load_toml_file(Path(cfg).expanduser()).items():
+            raw[a], level[a] = (v, False), 1
     for knob in KNOBS:
         if knob.env in env:
-            raw[knob.attr] = (env[knob.env], True)
+            raw[knob.attr], level[knob.attr] = (env[knob.env], True), 2
     for attr, value in (overrides or {}).items():
         if value is None:
             continue
         if attr not in KNOBS_BY_ATTR:
             raise ConfigError(f"unknown setting {attr!r}")
-        raw[attr] = (value, isinstance(value, str))
+        raw[attr], level[attr] = (value, isinstance(value, str)), 3
     missing = [k.key for k in KNOBS if k.attr not in raw]
     if missing:
         raise ConfigError(f"configs/default.toml lacks {', '.join(missing)}")
     values = {a: _parse(KNOBS_BY_ATTR[a], v, t) for a, (v, t) in raw.items()}
 
-    root = Path(values["root"]).expanduser() if values["root"] else default_root(cwd)
-    if not root.is_absolute():
-        root = (cwd or Path.cwd()) / root
-    root = root.resolve()
-    if not root.is_dir():
-        raise ConfigError(
-            f"repository root {root} is not a directory (repo.root, env RAG_REPO_ROOT, "
-            "flag --root)"
-        )
-    values["root"] = str(root)
+    # repo.roots wins over repo.root when it comes from the same or a later source: a single
+    # --root flag then overrides RAG_ROOTS, and several --root flags set both.
+    if values["roots"] and level["roots"] >= level["root"]:
+        roots = [_resolve_root(r, cwd, KNOBS_BY_ATTR["roots"]) for r in values["roots"]]
+    elif values["root"]:
+        roots = [_resolve_root(values["root"], cwd, KNOBS_BY_ATTR["root"])]
+    else:
+        roots = [str(default_root(cwd))]
+    values["roots"] = tuple(dict.fromkeys(roots))
+    values["root"] = values["roots"][0]
+    if values["collection"] and len(values["roots"]) > 1:
+        raise _bad(KNOBS_BY_ATTR["collection"], values["collection"],
+                   "one collection name cannot hold several roots; leave it empty so each root "
+                   "gets its own")
     if values["window_overlap"] >= values["window_lines"]:
         raise _bad(KNOBS_BY_ATTR["window_overlap"], values["window_overlap"],
                    "must be smaller than index.window_lines")

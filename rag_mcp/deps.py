@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rag_mcp import __version__
@@ -16,9 +17,11 @@ from rag_mcp.embed import Embedder, load_embedder
 from rag_mcp.index import IndexHandle
 from rag_mcp.llm import LocalLLM
 from rag_mcp.logjson import ToolLog
-from rag_mcp.query import QueryService
-from rag_mcp.rerank import CrossEncoderReranker
-from rag_mcp.retrieve import Retriever
+from rag_mcp.query import QueryService, Source
+from rag_mcp.repos import find_span, repo_names
+from rag_mcp.rerank import CrossEncoderReranker, load_cross_encoder
+from rag_mcp.retrieve import QueryVectors, Retriever
+from rag_mcp.spanget import SpanResult
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +109,21 @@ class Freshness:
 
 
 @dataclass
+class Repo:
+    """One served repository: its own settings (root, index), index handle and retriever."""
+
+    name: str
+    settings: Settings
+    handle: IndexHandle
+    retriever: Retriever
+    freshness: Freshness | None = None
+
+
+@dataclass
 class Deps:
+    """What every tool receives. ``handle``, ``retriever`` and ``freshness`` are the first served
+    repository's (the only one, by default); ``repos`` holds every served repository by name."""
+
     settings: Settings
     handle: IndexHandle
     models: EmbedderPool
@@ -115,45 +132,75 @@ class Deps:
     log: ToolLog
     llm: LocalLLM | None
     freshness: Freshness | None
+    repos: dict[str, Repo] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     version: str = __version__
     client: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def multi(self) -> bool:
+        """Several repositories are served: results name their repository."""
+        return len(self.repos) > 1
+
+    def find_span(self, span_id: object, repo: str | list[str] | None = None,
+                  context_lines: int = 0, *, max_bytes: int | None = None
+                  ) -> tuple[Repo, SpanResult]:
+        """A span by ID in the named repository, or in the only served one that holds it."""
+        where, got = find_span(list(self.repos.values()), span_id, repo, context_lines,
+                               max_bytes=max_bytes)
+        return self.repos[where.name], got
+
     def warm_up(self) -> None:
-        """Load the index and the query model in the background, so the first query is fast."""
+        """Load the indexes and the query model in the background, so the first query is fast."""
 
         def run() -> None:
-            try:
-                idx = self.handle.get()
-                self.models.for_manifest(idx.manifest).embed_query("warm up")
-            except Exception:  # no index yet, or a broken one: the first query will say so
-                log.debug("warm-up skipped", exc_info=True)
+            for r in self.repos.values():
+                try:
+                    idx = r.handle.get()
+                    self.models.for_manifest(idx.manifest).embed_query("warm up")
+                except Exception:  # no index yet, or a broken one: the first query will say so
+                    log.debug("warm-up of %s skipped", r.name, exc_info=True)
 
         threading.Thread(target=run, name="rag-warm-up", daemon=True).start()
 
     def close(self) -> None:
-        self.handle.close()
+        for r in self.repos.values():
+            r.handle.close()
 
 
 def build_deps(settings: Settings, *,
-               stale_count: Callable[[IndexHandle], int | None] | None = None,
+               stale_count: Callable[[Settings, IndexHandle], int | None] | None = None,
                embedder_factory: Callable[[str, str], Embedder] | None = None) -> Deps:
-    handle = IndexHandle(settings)
+    """Everything the tools need, for every root in ``settings.roots``: one index handle,
+    retriever and freshness count per repository; one model pool, query-vector cache, log and
+    LLM client for all of them."""
     models = EmbedderPool(settings, embedder_factory)
-    retriever = Retriever(handle, models.for_manifest)
-    freshness = (Freshness(functools.partial(stale_count, handle))
-                 if stale_count is not None else None)
-    # The cross-encoder loads on the first reranked query; without a model, rerank=true is an
-    # E_INVALID_ARGUMENT that says how to configure one.
-    reranker = (CrossEncoderReranker(settings.reranker_model, handle)
-                if settings.reranker_model else None)
-    queries = QueryService(settings, retriever,
-                           freshness=freshness.get if freshness is not None else None,
-                           reranker=reranker)
+    qvec = QueryVectors()
+    # One cross-encoder for every repository: each reranker loads it through this shared cache.
+    load_once = functools.cache(load_cross_encoder)
+    repos: dict[str, Repo] = {}
+    sources: list[Source] = []
+    for name, root in zip(repo_names(settings.roots), settings.roots, strict=True):
+        rs = settings.for_root(root) if len(settings.roots) > 1 else settings
+        handle = IndexHandle(rs)
+        retriever = Retriever(handle, models.for_manifest, query_vectors=qvec)
+        freshness = (Freshness(functools.partial(stale_count, rs, handle))
+                     if stale_count is not None else None)
+        # The cross-encoder loads on the first reranked query; without a model, rerank=true is
+        # an E_INVALID_ARGUMENT that says how to configure one.
+        reranker = (CrossEncoderReranker(settings.reranker_model, handle, loader=load_once)
+                    if settings.reranker_model else None)
+        repos[name] = Repo(name, rs, handle, retriever, freshness)
+        sources.append(Source(name, Path(root), retriever,
+                              freshness=freshness.get if freshness is not None else None,
+                              reranker=reranker))
+    queries = QueryService(settings, sources)
     tool_log = ToolLog(settings.log_path, max_bytes=settings.log_max_bytes,
                        backups=settings.log_backups, queries=settings.log_queries)
     llm = (LocalLLM(settings.llm_host, settings.llm_model, timeout=settings.llm_timeout,
                     context_tokens=settings.llm_context_tokens)
            if settings.local_llm else None)
-    return Deps(settings=settings, handle=handle, models=models, retriever=retriever,
-                queries=queries, log=tool_log, llm=llm, freshness=freshness)
+    first = next(iter(repos.values()))
+    return Deps(settings=settings, handle=first.handle, models=models,
+                retriever=first.retriever, queries=queries, log=tool_log, llm=llm,
+                freshness=first.freshness, repos=repos)

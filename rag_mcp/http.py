@@ -352,12 +352,26 @@ def health_summary(server: RagServer) -> tuple[int, dict[str, Any]]:
         return 503, {"status": "starting"}
     out: dict[str, Any] = {"status": "ok", "version": deps.version,
                            "uptime_s": round(time.monotonic() - deps.started, 1)}
-    try:
-        idx = deps.handle.get()
-        out.update(index_present=True, generation=idx.generation, spans=idx.counts["spans"],
-                   model_loaded=bool(deps.models.loaded))
-    except RagError as exc:
-        out.update(status="unavailable", index_present=False, error=exc.code)
+    present, spans, errors = 0, 0, []
+    for repo in deps.repos.values():
+        try:
+            idx = repo.handle.get()
+            present += 1
+            n = idx.counts["spans"]
+            spans += n if isinstance(n, int) else 0
+            if not deps.multi:
+                out["generation"] = idx.generation
+        except RagError as exc:
+            errors.append(exc.code)
+    out.update(index_present=present == len(deps.repos), spans=spans,
+               model_loaded=bool(deps.models.loaded))
+    if deps.multi:
+        # counts only: names and roots are paths, and this endpoint needs no token
+        out.update(repos=len(deps.repos), repos_available=present)
+    if not present:
+        out.update(status="unavailable", error=errors[0] if errors else "E_INDEX_UNAVAILABLE")
+    elif errors:
+        out["status"] = "degraded"
     return (503 if out["status"] == "unavailable" else 200), out
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -16,10 +16,11 @@ from typing import Any
 from cachetools import TTLCache
 
 from rag_mcp.config import Settings
-from rag_mcp.errors import InvalidArgument, NotFound, Stale
+from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, Stale
 from rag_mcp.reader import cap_text, read_span
-from rag_mcp.redact import redact
-from rag_mcp.retrieve import Filters, Hit, Retriever
+from rag_mcp.redact import redact, redact_label
+from rag_mcp.repos import select
+from rag_mcp.retrieve import Filters, Hit, Retrieval, Retriever
 
 MAX_K = 20
 TOKEN_BYTES = 4  # the shared scorer's token estimate: ~4 characters a token
@@ -37,6 +38,8 @@ class QueryParams:
     include_text: bool = False
     rerank: bool | None = None
     fusion: str = "convex"
+    #: one repository name or several; None searches every served repository
+    repo: str | tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,7 @@ class QueryHit:
     text: str | None = None
     stale: bool = False
     truncated: bool = False
+    repo: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,10 @@ class QueryAnswer:
     cache_hit: bool = False
     timings: dict[str, float] = field(default_factory=dict)
     stale_files: int | None = None
+    #: the generation each searched repository answered from
+    generations: dict[str, int] = field(default_factory=dict)
+    #: served repositories that were asked but have no usable index, with the reason
+    unavailable: dict[str, str] = field(default_factory=dict)
 
 
 def normalize_query(text: object, max_chars: int) -> str:
@@ -91,23 +99,52 @@ def normalize_query(text: object, max_chars: int) -> str:
     return q
 
 
-class QueryService:
-    """Answers ``rag_query``: thread-safe, memoised per index generation."""
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One repository the service searches: its name, root and retriever."""
 
-    def __init__(self, settings: Settings, retriever: Retriever, *,
-                 freshness: Callable[[], int | None] | None = None,
-                 reranker: Callable[[str, list[Hit]], list[Hit]] | None = None) -> None:
+    name: str
+    root: Path
+    retriever: Retriever
+    freshness: Callable[[], int | None] | None = None
+    reranker: Callable[[str, list[Hit]], list[Hit]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A hit and where it came from (its repository and the generation it was read from)."""
+
+    source: Source
+    hit: Hit
+    retrieval: Retrieval
+
+
+class QueryService:
+    """Answers ``rag_query`` over one or several repositories: thread-safe, memoised per index
+    generation. Several repositories are searched one after the other and their hits merged by
+    the calibrated score, which means the same in every index built with the same model."""
+
+    def __init__(self, settings: Settings, sources: Sequence[Source]) -> None:
+        if not sources:
+            raise ValueError("QueryService needs at least one repository")
         self.s = settings
-        self.retriever = retriever
-        self.freshness = freshness
-        self.reranker = reranker
+        self.sources = {src.name: src for src in sources}
         self._cache: TTLCache[tuple[Any, ...], QueryAnswer] | None = (
             TTLCache(maxsize=settings.cache_size, ttl=settings.cache_ttl)
             if settings.cache_size > 0 and settings.cache_ttl > 0 else None)
         self._lock = threading.Lock()
-        self._generation: int | None = None
+        self._generations: dict[str, int] = {}
         self.cache_hits = 0
         self.cache_misses = 0
+
+    @property
+    def retriever(self) -> Retriever:
+        """The first repository's retriever (the only one by default)."""
+        return next(iter(self.sources.values())).retriever
+
+    @property
+    def reranker(self) -> Callable[[str, list[Hit]], list[Hit]] | None:
+        return next(iter(self.sources.values())).reranker
 
     def cache_stats(self) -> dict[str, int]:
         with self._lock:
@@ -122,84 +159,156 @@ class QueryService:
         if p.tau is not None and not (0.0 <= float(p.tau) <= 1.0):
             raise InvalidArgument("tau must be between 0 and 1 (or omitted for the default)")
         Filters.build(p.kind, p.path, p.language)  # raises on a bad filter
-        return replace(p, query=q)
+        repo = select(list(self.sources), p.repo)
+        return replace(p, query=q, repo=None if len(repo) == len(self.sources) else tuple(repo))
 
     def query(self, params: QueryParams) -> QueryAnswer:
         t0 = time.perf_counter()
         p = self.validate(params)
         filters = Filters.build(p.kind, p.path, p.language)
-        gen_now = self.retriever.handle.get().generation
-        key = (gen_now, p.query, p.k, p.tau, filters, p.include_text, p.rerank, p.fusion)
+        chosen = [self.sources[n] for n in select(list(self.sources), p.repo)]
+        live, unavailable = self._open(chosen)
+        gens = {src.name: gen for src, gen in live}
+        key = (tuple(gens.items()), tuple(unavailable), p.query, p.k, p.tau, filters,
+               p.include_text, p.rerank, p.fusion)
         with self._lock:
-            if self._generation != gen_now and self._cache is not None:
+            if self._cache is not None and any(self._generations.get(n) not in (None, g)
+                                               for n, g in gens.items()):
                 self._cache.clear()  # a new generation invalidates every memo at once
-            self._generation = gen_now
+            self._generations.update(gens)
             cached = self._cache.get(key) if self._cache is not None else None
             if cached is not None:
                 self.cache_hits += 1
         if cached is not None:
             return replace(cached, took_ms=(time.perf_counter() - t0) * 1000, cache_hit=True,
-                           stale_files=self._fresh())
+                           stale_files=self._fresh([s for s, _ in live]))
         self.cache_misses += 1
-        answer = self._answer(p, filters)
-        if self._cache is not None:
+        answer = self._answer(p, filters, [s for s, _ in live], unavailable)
+        if self._cache is not None and not answer.unavailable:
             with self._lock:
                 self._cache[key] = answer
         return replace(answer, took_ms=(time.perf_counter() - t0) * 1000,
-                       stale_files=self._fresh())
+                       stale_files=self._fresh([s for s, _ in live]))
 
-    def _fresh(self) -> int | None:
-        if self.freshness is None:
-            return None
-        try:
-            return self.freshness()
-        except Exception:  # freshness is informative; it must never fail a query
-            return None
+    @staticmethod
+    def _open(chosen: list[Source]) -> tuple[list[tuple[Source, int]], dict[str, str]]:
+        """The repositories with a usable index, and why the others have none. One repository
+        without an index must not take the others down; with none usable the error stands."""
+        live: list[tuple[Source, int]] = []
+        unavailable: dict[str, str] = {}
+        first: IndexUnavailable | None = None
+        for src in chosen:
+            try:
+                live.append((src, src.retriever.handle.get().generation))
+            except IndexUnavailable as exc:
+                first = first or exc
+                unavailable[src.name] = exc.message
+        if not live:
+            assert first is not None
+            if len(chosen) == 1:
+                raise first
+            raise IndexUnavailable("no usable index in any of "
+                                   + "; ".join(f"{n}: {m}" for n, m in unavailable.items()))
+        return live, unavailable
 
-    def _answer(self, p: QueryParams, filters: Filters) -> QueryAnswer:
-        r = self.retriever.retrieve(p.query, filters, fusion=p.fusion)
-        hits = r.hits
+    def _fresh(self, sources: list[Source]) -> int | None:
+        counts = []
+        for src in sources:
+            if src.freshness is None:
+                continue
+            try:
+                counts.append(src.freshness())
+            except Exception:  # freshness is informative; it must never fail a query
+                continue
+        known = [c for c in counts if c is not None]
+        return sum(known) if known else None
+
+    def _answer(self, p: QueryParams, filters: Filters, sources: list[Source],
+                unavailable: dict[str, str]) -> QueryAnswer:
+        timings: dict[str, float] = {}
+        found: list[_Found] = []
+        taus: list[float] = []
+        retrievals: dict[str, Retrieval] = {}
+        for src in sources:
+            try:
+                r = src.retriever.retrieve(p.query, filters, fusion=p.fusion)
+            except IndexUnavailable as exc:  # it went away since _open: answer from the rest
+                if len(sources) == 1:
+                    raise
+                unavailable[src.name] = exc.message
+                continue
+            for name, ms in r.timings.items():
+                timings[name] = timings.get(name, 0.0) + ms
+            retrievals[src.name] = r
+            taus.append(r.calibration.tau if p.tau is None else float(p.tau))
+            found.extend(_Found(src, h, r) for h in r.hits)
+        if len(sources) > 1:
+            # Stable: equal scores keep the serving order of repositories, then each one's rank.
+            found.sort(key=lambda f: -f.hit.score)
+        found = self._rerank(p, found, timings)
+        tau = max(taus) if taus else 0.0
+        wanted = found[: p.k]
+        kept = [f for f in wanted if f.hit.score >= (
+            f.retrieval.calibration.tau if p.tau is None else float(p.tau))]
+        dropped = len(wanted) - len(kept)
+        low = False
+        notes: list[str] = []
+        if not kept and wanted:
+            kept, low = wanted[:1], True
+            notes.append(f"no span reached the confidence threshold tau={tau:.2f}; this is the "
+                         "best guess. Rephrase with names from the code, or pass a lower tau.")
+        elif not wanted:
+            notes.append("nothing matched; check the filters or rephrase")
+        t = time.perf_counter()
+        out, cut, nbytes, nred = self._render(kept, p)
+        timings["format_ms"] = (time.perf_counter() - t) * 1000
+        if cut and not notes:
+            notes.append(f"{cut} more hit(s) cut by the response budget "
+                         f"({self.s.max_spans} spans, {self.s.max_bytes:,} bytes); "
+                         "narrow the query or fetch spans with rag_get_span")
+        if unavailable:
+            notes.append("not searched, no usable index: " + ", ".join(unavailable)
+                         + "; see rag_health")
+        whole = 0
+        for name, r in retrievals.items():
+            mine = [h.path for h in out if h.repo == name]
+            if mine and r.index.catalog is not None:
+                whole += sum(r.index.catalog.path_bytes(mine).values())
+        gens = {name: r.index.generation for name, r in retrievals.items()}
+        return QueryAnswer(
+            query=p.query, hits=out, low_confidence=low,
+            message="; ".join(notes) if notes else None, tau=tau,
+            returned=len(out), dropped_by_tau=dropped, cut_by_budget=cut,
+            tokens_returned=sum(f.hit.span.byte_len for f in kept[: len(out)]) // TOKEN_BYTES,
+            tokens_whole_files=whole // TOKEN_BYTES,
+            bytes_out=nbytes, redactions=nred, generation=next(iter(gens.values()), 0),
+            timings={k: round(v, 3) for k, v in timings.items()},
+            generations=gens, unavailable=dict(unavailable),
+        )
+
+    def _rerank(self, p: QueryParams, found: list[_Found], timings: dict[str, float]
+                ) -> list[_Found]:
+        """Let each repository's cross-encoder reorder its own hits among the top candidates;
+        where the repositories interleave stays decided by the calibrated score."""
         use_rerank = self.s.rerank if p.rerank is None else p.rerank
-        if use_rerank:
-            if self.reranker is None:
+        if not use_rerank:
+            return found
+        top = found[: self.s.rerank_candidates]
+        t = time.perf_counter()
+        for src in dict.fromkeys(f.source for f in top) or self.sources.values():
+            if src.reranker is None:
                 raise InvalidArgument(
                     "rerank needs a cross-encoder: set query.reranker_model (RAG_RERANKER_MODEL) "
                     "to a local model folder")
-            t = time.perf_counter()
-            hits = self.reranker(p.query, hits[: self.s.rerank_candidates])
-            r.timings["rerank_ms"] = (time.perf_counter() - t) * 1000
-        tau = r.calibration.tau if p.tau is None else float(p.tau)
-        wanted = hits[: p.k]
-        kept = [h for h in wanted if h.score >= tau]
-        dropped = len(wanted) - len(kept)
-        low = False
-        message = None
-        if not kept and wanted:
-            kept, low = wanted[:1], True
-            message = (f"no span reached the confidence threshold tau={tau:.2f}; this is the best "
-                       "guess. Rephrase with names from the code, or pass a lower tau.")
-        elif not wanted:
-            message = "nothing matched; check the filters or rephrase"
-        t = time.perf_counter()
-        out, cut, nbytes, nred = self._render(kept, p, r.index)
-        r.timings["format_ms"] = (time.perf_counter() - t) * 1000
-        if cut and message is None:
-            message = (f"{cut} more hit(s) cut by the response budget "
-                       f"({self.s.max_spans} spans, {self.s.max_bytes:,} bytes); "
-                       "narrow the query or fetch spans with rag_get_span")
-        catalog = r.index.catalog
-        assert catalog is not None
-        file_bytes = catalog.path_bytes(h.path for h in out)
-        return QueryAnswer(
-            query=p.query, hits=out, low_confidence=low, message=message, tau=tau,
-            returned=len(out), dropped_by_tau=dropped, cut_by_budget=cut,
-            tokens_returned=sum(h.span.byte_len for h in kept[: len(out)]) // TOKEN_BYTES,
-            tokens_whole_files=sum(file_bytes.values()) // TOKEN_BYTES,
-            bytes_out=nbytes, redactions=nred, generation=r.index.generation,
-            timings={k: round(v, 3) for k, v in r.timings.items()},
-        )
+            slots = [i for i, f in enumerate(top) if f.source is src]
+            mine = {id(top[i].hit): top[i] for i in slots}
+            ranked = src.reranker(p.query, [top[i].hit for i in slots])
+            for i, h in zip(slots, ranked, strict=True):
+                top[i] = mine[id(h)]
+        timings["rerank_ms"] = (time.perf_counter() - t) * 1000
+        return top  # as before several repositories: only the reranked candidates compete
 
-    def _render(self, kept: list[Hit], p: QueryParams, idx: Any
+    def _render(self, kept: list[_Found], p: QueryParams
                 ) -> tuple[list[QueryHit], int, int, int]:
         """Apply the span and byte budgets; redact previews and texts."""
         out: list[QueryHit] = []
@@ -207,8 +316,8 @@ class QueryService:
         redactions = 0
         limit = min(p.k, self.s.max_spans)
         cut = max(0, len(kept) - limit)
-        root = Path(self.s.root)
-        for i, h in enumerate(kept[:limit]):
+        for i, f in enumerate(kept[:limit]):
+            h = f.hit
             sp = h.span
             preview, n1 = redact(sp.preview)  # redact the stored line whole, then shorten it
             if len(preview) > PREVIEW_CHARS:
@@ -217,7 +326,7 @@ class QueryService:
             stale = truncated = False
             n2 = 0
             if p.include_text:
-                raw, stale = self._text(root, h, idx)
+                raw, stale = self._text(f.source.root, h, f.retrieval.index)
                 text, counts = redact(raw)  # the whole text first, then the cap
                 n2 = sum(counts.values())
                 text, truncated = cap_text(text, max(256, self.s.max_bytes - used - 300))
@@ -229,9 +338,10 @@ class QueryService:
             redactions += sum(n1.values()) + n2
             out.append(QueryHit(
                 id=sp.id, path=sp.path, start_line=sp.start_line, end_line=sp.end_line,
-                kind=sp.kind, language=sp.language, symbol=sp.symbol, parent=sp.parent,
-                heading=sp.heading, score=round(h.score, 4), preview=preview, text=text,
-                stale=stale, truncated=truncated))
+                kind=sp.kind, language=sp.language, symbol=redact_label(sp.symbol),
+                parent=redact_label(sp.parent), heading=redact_label(sp.heading),
+                score=round(h.score, 4), preview=preview, text=text,
+                stale=stale, truncated=truncated, repo=f.source.name))
         return out, cut, used, redactions
 
     def _text(self, root: Path, h: Hit, idx: Any) -> tuple[str, bool]:
@@ -244,4 +354,3 @@ class QueryService:
         except (NotFound, Stale):
             # The file moved on since indexing; the indexed text is still the best evidence.
             return stored, True
-

@@ -137,8 +137,6 @@ async def test_the_local_model_never_sees_a_secret(planted: tuple[hc.SecretRepo,
     assert hc.leaks(fake.raw_bodies(), repo) == []
 
 
-@pytest.mark.xfail(strict=True, reason="explain_code shows QueryHit labels that "
-                   "rag_mcp/query.py does not redact yet (see the issue-7 report)")
 async def test_the_explain_code_prompt_leaks_nothing(planted: tuple[hc.SecretRepo, Settings]
                                                      ) -> None:
     repo, s = planted

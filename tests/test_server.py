@@ -147,9 +147,11 @@ async def test_cache_hits_and_invalidation_on_new_generation(indexed: Settings) 
 async def test_stale_spans_moved_changed_and_deleted(indexed: Settings) -> None:
     root = Path(indexed.root)
     async with in_process(indexed) as (session, _):
-        r = await session.call_tool("rag_query", {"query": "retry", "k": 1})
+        # the function's span, whatever the (fake) model ranks first
+        r = await session.call_tool("rag_query", {"query": "retry exponential backoff", "k": 5,
+                                                  "tau": 0.0, "path": "src/app/retry.py"})
         assert r.structuredContent is not None
-        sid = r.structuredContent["hits"][0]["id"]
+        sid = next(h["id"] for h in r.structuredContent["hits"] if h["symbol"] == "retry")
         path = root / "src/app/retry.py"
         path.write_text("# a new first line\n" + path.read_text())
         g = await session.call_tool("rag_get_span", {"span_id": sid})

@@ -2,8 +2,10 @@
 
 The contract (https://platform.openai.com/docs/mcp, "fetch tool"; docs/CLIENTS.md): one ``id``
 string from ``search``, and exactly one text content item whose text is the JSON object
-``{"id", "title", "text", "url", "metadata"}``. The text is the span as it is on disk now,
-redacted and capped at the response budget, exactly as ``rag_get_span`` returns it.
+``{"id", "title", "text", "url", "metadata"}``. With several repositories served, ``search``
+ids are ``repo:path:start-end:digest``, since the contract has no other argument to say which
+repository; a bare span ID is looked up in every repository. The text is the span as it is on
+disk now, redacted and capped at the response budget, exactly as ``rag_get_span`` returns it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from rag_mcp.deps import Deps
-from rag_mcp.spanget import get_span
+from rag_mcp.repos import MAX_NAME, qualify, split_qualified
 from rag_mcp.spans import MAX_ID_LEN
 from tools._base import ToolSpec
 from tools.search import span_title, span_url
@@ -38,19 +40,23 @@ class FetchResult(BaseModel):
 def fetch(
     deps: Deps,
     id: Annotated[str, Field(  # noqa: A002 - the contract names the argument `id`
-        description="A result id from search (a span ID 'path:start-end:digest')",
-        min_length=1, max_length=MAX_ID_LEN)],
+        description="A result id from search (a span ID 'path:start-end:digest', or "
+                    "'repo:path:start-end:digest' when several repositories are served)",
+        min_length=1, max_length=MAX_ID_LEN + MAX_NAME + 1)],
 ) -> FetchResult:
-    r = get_span(deps.handle, deps.settings, id)
+    repo, span_id = split_qualified(list(deps.repos), id) if deps.multi else (None, id)
+    where, r = deps.find_span(span_id, repo)
     meta = {"path": r.path, "start_line": str(r.start_line), "end_line": str(r.end_line),
             "kind": r.kind, "language": r.language, "symbol": r.symbol or "",
             "heading": r.heading or "", "stale": str(r.stale).lower(),
             "truncated": str(r.truncated).lower(), "redactions": str(r.redactions)}
-    if r.id != id:
-        meta["current_id"] = r.id
+    if deps.multi:
+        meta["repo"] = where.name
+    if r.id != span_id:
+        meta["current_id"] = qualify(where.name, r.id) if deps.multi else r.id
     return FetchResult(id=id, title=span_title(r.path, r.start_line, r.end_line,
                                                r.symbol or r.heading),
-                       text=r.text, url=span_url(deps.settings.root, r.path, r.start_line,
+                       text=r.text, url=span_url(where.settings.root, r.path, r.start_line,
                                                  r.end_line),
                        metadata={k: v for k, v in meta.items() if v != ""})
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from rag_mcp.deps import Deps
-from rag_mcp.spanget import MAX_CONTEXT_LINES, get_span
+from rag_mcp.spanget import MAX_CONTEXT_LINES
 from rag_mcp.spans import MAX_ID_LEN
 from tools._base import ToolSpec
 
@@ -33,6 +33,7 @@ class RagGetSpanResult(BaseModel):
     stale: bool = Field(description="The span moved since indexing; use the new id")
     truncated: bool = Field(description="Cut at the byte budget; a '[truncated]' line marks it")
     redactions: int = Field(description="Secrets replaced by [REDACTED:<kind>]")
+    repo: str = Field(description="The repository the span was read from")
 
 
 def rag_get_span(
@@ -42,13 +43,16 @@ def rag_get_span(
         min_length=1, max_length=MAX_ID_LEN)],
     context_lines: Annotated[int, Field(
         ge=0, le=MAX_CONTEXT_LINES, description="Extra lines before and after the span")] = 0,
+    repo: Annotated[str | None, Field(
+        description="The repository of the span (the hit's repo field) when the server serves "
+                    "several; omit to look in all of them", max_length=200)] = None,
 ) -> RagGetSpanResult:
-    r = get_span(deps.handle, deps.settings, span_id, context_lines)
+    where, r = deps.find_span(span_id, repo, context_lines)
     return RagGetSpanResult(
         id=r.id, requested_id=r.requested_id, path=r.path, start_line=r.start_line,
         end_line=r.end_line, kind=r.kind, language=r.language, symbol=r.symbol,
         heading=r.heading, text=r.text, context_lines=r.context_lines, stale=r.stale,
-        truncated=r.truncated, redactions=r.redactions)
+        truncated=r.truncated, redactions=r.redactions, repo=where.name)
 
 
 def render(r: RagGetSpanResult) -> str:
@@ -71,6 +75,8 @@ def log_fields(params: dict[str, Any], r: RagGetSpanResult | None) -> dict[str, 
     out: dict[str, Any] = {"span_id": str(params.get("span_id", ""))[:300]}
     if params.get("context_lines"):
         out["context_lines"] = params["context_lines"]
+    if params.get("repo") is not None:
+        out["repo"] = str(params["repo"])[:100]
     if r is not None:
         out.update(stale=r.stale, truncated=r.truncated, redactions=r.redactions)
     return out

@@ -9,7 +9,6 @@ from pydantic import BaseModel, Field
 
 from rag_mcp.deps import Deps
 from rag_mcp.query import QueryAnswer, QueryHit, QueryParams
-from rag_mcp.redact import redact_label
 from tools._base import ToolSpec
 
 DESCRIPTION = (
@@ -34,6 +33,7 @@ class SpanHit(BaseModel):
     text: str | None = Field(None, description="Span text when include_text=true (redacted)")
     stale: bool = Field(False, description="The file changed since indexing")
     truncated: bool = Field(False, description="Text cut by the byte budget")
+    repo: str = Field(description="The repository the span is in (see rag_health for names)")
 
 
 class RagQueryResult(BaseModel):
@@ -53,6 +53,11 @@ class RagQueryResult(BaseModel):
     index_generation: int
     stale_files: int | None = Field(None, description="Files changed since the index was built")
     timings: dict[str, float] = Field(default_factory=dict)
+    generations: dict[str, int] | None = Field(
+        None, description="Several repositories: the index generation each one answered from")
+    unavailable: dict[str, str] | None = Field(
+        None, description="Several repositories: those asked but without a usable index, and "
+                          "why (the others still answered)")
 
 
 def rag_query(
@@ -78,20 +83,25 @@ def rag_query(
     rerank: Annotated[bool | None, Field(
         description="Rerank with the configured cross-encoder (slower); omit for the "
                     "server default")] = None,
+    repo: Annotated[str | list[str] | None, Field(
+        description="Only this repository, or these, when the server serves several (names in "
+                    "rag_health); omit to search all of them")] = None,
 ) -> RagQueryResult:
     ans = deps.queries.query(QueryParams(
         query=query, k=k, tau=tau, kind=kind, path=path, language=language,
-        include_text=include_text, rerank=rerank))
-    return to_result(ans)
+        include_text=include_text, rerank=rerank,
+        repo=tuple(repo) if isinstance(repo, list) else repo))
+    return to_result(ans, several=deps.multi)
 
 
 def to_hit(h: QueryHit) -> SpanHit:
-    # Previews and texts come redacted; labels too, since a heading is repository text.
-    return SpanHit(**{**asdict(h), "symbol": redact_label(h.symbol),
-                      "parent": redact_label(h.parent), "heading": redact_label(h.heading)})
+    # Previews, texts and labels (a heading is repository text) come redacted from the core.
+    return SpanHit(**asdict(h))
 
 
-def to_result(ans: QueryAnswer) -> RagQueryResult:
+def to_result(ans: QueryAnswer, *, several: bool = False) -> RagQueryResult:
+    """The tool's result; ``several`` repositories add which generation and which repository
+    was unavailable."""
     return RagQueryResult(
         query=ans.query, hits=[to_hit(h) for h in ans.hits],
         low_confidence=ans.low_confidence, message=ans.message, tau=ans.tau,
@@ -100,6 +110,8 @@ def to_result(ans: QueryAnswer) -> RagQueryResult:
         redactions=ans.redactions, took_ms=round(ans.took_ms, 2), cache_hit=ans.cache_hit,
         index_generation=ans.generation,
         stale_files=ans.stale_files, timings=ans.timings,
+        generations=dict(ans.generations) if several else None,
+        unavailable=dict(ans.unavailable) if several and ans.unavailable else None,
     )
 
 
@@ -110,9 +122,11 @@ def render(r: RagQueryResult) -> str:
     lines = [head]
     if r.low_confidence or r.message:
         lines.append(f"note: {r.message}")
+    several = r.generations is not None
     for i, h in enumerate(r.hits, 1):
         label = h.symbol or h.heading or ""
-        lines.append(f"{i}. {h.id}  [{h.kind} {h.language}] {label}  score {h.score:.2f}"
+        where = f"{h.repo}: " if several else ""
+        lines.append(f"{i}. {where}{h.id}  [{h.kind} {h.language}] {label}  score {h.score:.2f}"
                      + ("  (stale)" if h.stale else ""))
         if h.preview:
             lines.append(f"   {h.preview}")
@@ -122,7 +136,8 @@ def render(r: RagQueryResult) -> str:
         lines.append(f"index: {r.stale_files} file(s) changed since it was built; "
                      "re-run rag-index for fresh results")
     if r.hits and not any(h.text for h in r.hits):
-        lines.append("Next: rag_get_span(span_id) on the spans worth reading.")
+        lines.append("Next: rag_get_span(span_id, repo) on the spans worth reading." if several
+                     else "Next: rag_get_span(span_id) on the spans worth reading.")
     return "\n".join(lines)
 
 
@@ -131,6 +146,10 @@ def log_fields(params: dict[str, Any], r: RagQueryResult | None) -> dict[str, An
     for name in ("kind", "path", "language", "include_text"):
         if params.get(name) not in (None, "any", False):
             out[name] = params[name]
+    repo = params.get("repo")
+    if repo is not None:  # names only, bounded: an unknown one is logged as the caller sent it
+        out["repo"] = ([str(x)[:100] for x in repo[:10]] if isinstance(repo, list)
+                       else str(repo)[:100])
     if r is not None:
         scores = [h.score for h in r.hits]
         out.update(returned=r.returned, top_score=max(scores, default=None),
@@ -138,6 +157,8 @@ def log_fields(params: dict[str, Any], r: RagQueryResult | None) -> dict[str, An
                    dropped_by_tau=r.dropped_by_tau, cut_by_budget=r.cut_by_budget,
                    tokens_returned=r.tokens_returned, low_confidence=r.low_confidence,
                    redactions=r.redactions)
+        if r.unavailable:
+            out["unavailable"] = sorted(r.unavailable)
     return out
 
 

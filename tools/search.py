@@ -3,7 +3,9 @@
 ChatGPT connectors and deep research call a tool named ``search`` with one ``query`` string and
 read exactly one text content item whose text is the JSON object ``{"results": [{"id", "title",
 "url"}]}`` (https://platform.openai.com/docs/mcp, "search tool"; docs/CLIENTS.md). The IDs are
-our span IDs, which ``fetch`` accepts; the URL is a ``file://`` URL of the span's lines.
+our span IDs, which ``fetch`` accepts; the URL is a ``file://`` URL of the span's lines. When the
+server serves several repositories an ID names its repository first, ``repo:path:start-end:digest``
+(repository names hold no ':').
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pydantic import BaseModel, Field
 from rag_mcp.deps import Deps
 from rag_mcp.query import QueryParams
 from rag_mcp.redact import redact_label
+from rag_mcp.repos import qualify
 from tools._base import ToolSpec
 
 DESCRIPTION = (
@@ -26,7 +29,8 @@ DESCRIPTION = (
 
 
 class SearchItem(BaseModel):
-    id: str = Field(description="Span ID 'path:start-end:digest'; pass it to fetch")
+    id: str = Field(description="Span ID 'path:start-end:digest' (with several repositories "
+                                "'repo:path:start-end:digest'); pass it to fetch")
     title: str = Field(description="Symbol or heading, then path and lines")
     url: str = Field(description="file:// URL of the file, with #Lstart-Lend")
 
@@ -52,11 +56,14 @@ def search(
         min_length=1, max_length=8192)],
 ) -> SearchResult:
     ans = deps.queries.query(QueryParams(query=query, k=deps.settings.k))
+    # fetch takes nothing but the id: with several repositories it must name its repository.
     return SearchResult(results=[
-        SearchItem(id=h.id, title=span_title(h.path, h.start_line, h.end_line,
-                                             redact_label(h.symbol or h.heading)
-                                             or h.preview[:120] or None),
-                   url=span_url(deps.settings.root, h.path, h.start_line, h.end_line))
+        SearchItem(id=qualify(h.repo, h.id) if deps.multi else h.id,
+                   title=span_title(h.path, h.start_line, h.end_line,
+                                    redact_label(h.symbol or h.heading)
+                                    or h.preview[:120] or None),
+                   url=span_url(deps.repos[h.repo].settings.root if deps.multi
+                                else deps.settings.root, h.path, h.start_line, h.end_line))
         for h in ans.hits])
 
 
