@@ -10,7 +10,7 @@ save. The index side (save -> the new generation published, read from CURRENT) a
 (published -> answered) are reported apart. Prints markdown and rewrites the "freshness" section
 of docs/BENCHMARKS.md.
 
-    .venv/bin/python -m bench.freshness [--edits 50] [--mode server|separate|both]
+    .venv/bin/python -m bench.freshness [--edits 50] [--mode server|separate|both] [--render]
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ TARGETS = ("django/forms/fields.py", "django/http/request.py", "django/core/pagi
            "django/core/validators.py", "django/forms/widgets.py")
 PROBE_START = "# --- freshness probe ---"
 TIMEOUT = 30.0
+RESULTS = BASE / "results.json"
 
 
 def prepare_repo(fresh: bool) -> Path:
@@ -104,11 +105,12 @@ async def measure(repo: Path, edits: int, watch_in_server: bool, seed: int) -> d
     from bench.large_repo import _server_pid, _vm_hwm
 
     rng = random.Random(seed)
+    load_before = os.getloadavg()[1]  # the machine is shared: say how busy it was
     indexer = None
     if not watch_in_server:
         indexer = subprocess.Popen(
             [sys.executable, "-m", "indexers.cli", "--root", str(repo), "--watch", "-q"],
-            env=env(repo), stderr=open(BASE / "watch.log", "ab"))
+            env=env(repo), stderr=open(BASE / "watch.log", "ab"), preexec_fn=_default_sigint)
     rows: list[dict[str, float]] = []
     rss: dict[str, float] = {}
     try:
@@ -118,6 +120,8 @@ async def measure(repo: Path, edits: int, watch_in_server: bool, seed: int) -> d
                 await s.call_tool("rag_query", {"query": q})
             await anyio.sleep(3.0)  # the watcher's catch-up walk and model load
             originals = {rel: (repo / rel).read_text(encoding="utf-8") for rel in TARGETS}
+            pids = {"server": server} | ({"watcher": indexer.pid} if indexer else {})
+            cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
             for i in range(edits):
                 rel = TARGETS[i % len(TARGETS)]
                 ident = f"invoice_total_{i}_{rng.randrange(16**6):06x}"
@@ -129,6 +133,7 @@ async def measure(repo: Path, edits: int, watch_in_server: bool, seed: int) -> d
                 rows.append({"total": found, "index": pub - t0, "reader": t0 + found - pub,
                              "generation": gen})
                 await anyio.sleep(rng.uniform(0.3, 1.0))
+            cpu = {k: (cpu_seconds(v) - cpu0[k]) / max(1, edits) for k, v in pids.items()}
             for rel, text in originals.items():
                 save(repo / rel, text)
             await anyio.sleep(1.5)
@@ -137,14 +142,32 @@ async def measure(repo: Path, edits: int, watch_in_server: bool, seed: int) -> d
                 rss["watcher"] = _vm_hwm(indexer.pid)
     finally:
         if indexer is not None:
-            indexer.send_signal(signal.SIGINT)
-            indexer.wait(timeout=30)
+            indexer.send_signal(signal.SIGINT)  # Ctrl-C, as a user stops it
+            try:
+                indexer.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                indexer.kill()
+                indexer.wait()
+                raise SystemExit("rag-index --watch did not stop on SIGINT within 60 s") from None
     tot = [r["total"] for r in rows]
     return {"p50": median(tot), "p95": pct(tot, 95), "max": max(tot), "n": len(rows),
             "index_p50": median([r["index"] for r in rows]),
             "reader_p50": median([r["reader"] for r in rows]),
             "generations": rows[-1]["generation"] - rows[0]["generation"] + 1 if rows else 0,
-            "load": os.getloadavg()[1], "rss": rss}
+            "load": os.getloadavg()[1], "load_before": load_before, "rss": rss,
+            "cpu_per_edit": cpu}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc): a load-independent cost."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _default_sigint() -> None:
+    # Started from `nohup ... &` (no job control), this process and its children ignore SIGINT;
+    # the watcher is stopped with SIGINT like a user's Ctrl-C, so give it the normal disposition.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 async def wait_for(s: Any, ident: str, rel: str, t0: float) -> float:
@@ -179,6 +202,43 @@ def cold_index(repo: Path) -> float:
     return time.perf_counter() - t0
 
 
+def render(saved: dict[str, Any], cmd: str) -> str:
+    meta = saved["meta"]
+    rows = []
+    for key, label in (("server", "`rag-mcp --watch`"),
+                       ("separate", "`rag-index --watch` + `rag-mcp`")):
+        r = saved.get(key)
+        if r is None:
+            continue
+        mem = " + ".join(f"{r['rss'][k]:.0f}" for k in ("server", "watcher") if k in r["rss"])
+        verdict = ("met" if r["p50"] <= 1.0 and r["p95"] <= 2.0 else
+                   f"missed: P50 {r['p50'] / 1.0:.1f}x, P95 {r['p95'] / 2.0:.1f}x the target")
+        cpu = r.get("cpu_per_edit") or {}
+        cpu_cell = " + ".join(f"{cpu[k]:.2f}" for k in ("server", "watcher") if k in cpu) or "?"
+        rows.append([label, r["n"], r["p50"], r["p95"], r["max"], r["index_p50"],
+                     r["reader_p50"], cpu_cell, mem,
+                     f"{r['load_before']:.1f} / {r['load']:.1f}", r.get("measured_at", "?"),
+                     verdict])
+    seed_note = ", its embedding cache seeded by bench/large_repo.py" if meta["seeded"] else ""
+    return "\n".join([
+        "## Freshness: save to query", "", f"`{cmd}`", "",
+        f"A copy of {', '.join(f'`{p}`' for p in SOURCE_PARTS)} from Django's sdist "
+        f"({meta['files']:,} files, {meta['lines']:,} lines), indexed with the bundled model "
+        f"(`{meta.get('backend', 'onnx')}`; the catch-up run took {meta['setup']:.1f} s"
+        f"{seed_note}). Each of {meta['edits']} edits replaces a probe function in one of "
+        f"{len(TARGETS)} files with a new identifier, saved as editors do (temporary file + "
+        "rename), then `rag_query` is asked for it through a real MCP stdio session until a hit "
+        "shows it. Debounce 200 ms (the default). Targets: P50 <= 1 s, P95 <= 2 s. The machine "
+        "has 2 cores shared with other jobs: a 5-minute load average above 2 means every step "
+        "(one span's embedding, the Chroma upsert, the fsyncs, the reader's reopen) waited for "
+        "a core. CPU seconds per edit do not depend on that load; the server's include the "
+        "`rag_query` calls the client polls with.", "",
+        md_table(["watcher", "edits", "P50 s", "P95 s", "max s", "save -> published P50 s",
+                  "published -> answered P50 s", "CPU s per edit (server + watcher)",
+                  "peak RSS MB (server + watcher)",
+                  "load avg 5 min (start / end)", "measured (UTC)", "target"], rows), ""])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--edits", type=int, default=50)
@@ -186,39 +246,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true", help="copy the tree and index it again")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--render", action="store_true",
+                    help="measure nothing: print (and write) the section from results.json")
     args = ap.parse_args(argv)
-    BASE.mkdir(parents=True, exist_ok=True)
-    if args.fresh:
-        shutil.rmtree(BASE / "index", ignore_errors=True)
-    repo = prepare_repo(args.fresh)
-    seeded = seed_cache()
-    setup = cold_index(repo)
-    lines, files = 0, 0
-    for p in repo.rglob("*"):
-        if p.is_file():
-            files += 1
-            lines += p.read_bytes().count(b"\n")
-    modes = {"server": [True], "separate": [False], "both": [True, False]}[args.mode]
-    results = {m: anyio.run(measure, repo, args.edits, m, args.seed) for m in modes}
-    rows = []
-    for in_server, r in results.items():
-        label = "`rag-mcp --watch`" if in_server else "`rag-index --watch` + `rag-mcp`"
-        mem = " + ".join(f"{r['rss'][k]:.0f}" for k in ("server", "watcher") if k in r["rss"])
-        rows.append([label, r["n"], r["p50"], r["p95"], r["max"], r["index_p50"],
-                     r["reader_p50"], mem, f"{r['load']:.1f}"])
-    seed_note = ", its embedding cache seeded by bench/large_repo.py" if seeded else ""
     cmd = "python -m bench.freshness" + (f" --mode {args.mode}" if args.mode != "both" else "")
-    body = "\n".join([
-        "## Freshness: save to query", "", f"`{cmd}`", "",
-        f"A copy of {', '.join(f'`{p}`' for p in SOURCE_PARTS)} from Django's sdist ({files:,} "
-        f"files, {lines:,} lines), indexed with the bundled model (`onnx`; the catch-up run took "
-        f"{setup:.1f} s{seed_note}). Each of {args.edits} edits replaces a probe function in one "
-        f"of {len(TARGETS)} files with a new identifier, saved as editors do (temporary file + "
-        "rename), then `rag_query` is asked for it through a real MCP stdio session until a hit "
-        "shows it. Debounce 200 ms (the default). Targets: P50 <= 1 s, P95 <= 2 s.", "",
-        md_table(["watcher", "edits", "P50 s", "P95 s", "max s", "save -> published P50 s",
-                  "published -> answered P50 s", "peak RSS MB (server + watcher)",
-                  "load avg (5 min)"], rows), ""])
+    saved = orjson.loads(RESULTS.read_bytes()) if RESULTS.is_file() else {}
+    if not args.render:
+        BASE.mkdir(parents=True, exist_ok=True)
+        if args.fresh:
+            shutil.rmtree(BASE / "index", ignore_errors=True)
+        repo = prepare_repo(args.fresh)
+        seeded = seed_cache()
+        setup = cold_index(repo)
+        lines, files = 0, 0
+        for p in repo.rglob("*"):
+            if p.is_file():
+                files += 1
+                lines += p.read_bytes().count(b"\n")
+        saved["meta"] = {"files": files, "lines": lines, "setup": setup, "seeded": seeded,
+                         "edits": args.edits, "backend": os.environ.get("RAG_EMBED_BACKEND",
+                                                                        "onnx")}
+        modes = {"server": [True], "separate": [False], "both": [True, False]}[args.mode]
+        for m in modes:
+            r = anyio.run(measure, repo, args.edits, m, args.seed)
+            # kept as soon as it exists: a later failure loses nothing
+            saved["server" if m else "separate"] = {
+                **r, "measured_at": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+            RESULTS.write_bytes(orjson.dumps(saved, option=orjson.OPT_INDENT_2))
+    body = render(saved, cmd)
     print(body)
     if not args.no_write:
         write_section("freshness", body)

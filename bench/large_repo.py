@@ -124,6 +124,7 @@ def timed_run(cmd: list[str], log: Path) -> dict[str, Any]:
     """Run a process; wall time, CPU time and peak RSS from wait4, and its JSON stdout."""
     hwm_file = BASE / "hwm.txt"
     hwm_file.unlink(missing_ok=True)
+    load_before = os.getloadavg()[1]
     t0 = time.perf_counter()
     with open(log, "ab") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err,
@@ -140,7 +141,8 @@ def timed_run(cmd: list[str], log: Path) -> dict[str, Any]:
     # The machine is shared: the load average says how much of it the run actually had.
     return {"wall": wall, "cpu": cpu, "cores": cpu / wall if wall else 0.0,
             "rss_mb": int(hwm_file.read_text()) / 1024, "stats": orjson.loads(out),
-            "load_after": os.getloadavg()[1]}
+            "load_before": load_before, "load_after": os.getloadavg()[1],
+            "measured_at": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
 
 def du(path: Path) -> int:
@@ -151,7 +153,8 @@ def du(path: Path) -> int:
 
 def index_sizes(idx: Path) -> dict[str, int]:
     """Bytes of the current generation's parts and of the embedding cache."""
-    out = {"embcache": du(idx / "embcache.sqlite")}
+    # the write-ahead log too: until a checkpoint, SQLite keeps the new rows there
+    out = {"embcache": sum(du(f) for f in idx.glob("embcache.sqlite*"))}
     for cur in idx.glob("*/CURRENT"):
         gen_dir = cur.parent / orjson.loads(cur.read_bytes())["dir"]
         for part in ("spans.sqlite", "lexical", "chroma"):
@@ -160,7 +163,7 @@ def index_sizes(idx: Path) -> dict[str, int]:
 
 
 def raw_throughput(root: Path, ignore: Sequence[str], backend: str, n: int = 640
-                   ) -> dict[str, float]:
+                   ) -> dict[str, Any]:
     """spans/s of the model alone on ``n`` embedded texts of this tree, cut as the indexer does."""
     from indexers import chunking, walk
     from rag_mcp.config import load_settings
@@ -184,13 +187,18 @@ def raw_throughput(root: Path, ignore: Sequence[str], backend: str, n: int = 640
     emb = load_embedder(s.embed_model, backend, cache_dir=s.model_cache_path,
                         batch_size=s.embed_batch)
     emb.embed_documents(texts[:32])  # warm-up
-    best = 0.0
+    best = cores = 0.0
+    load_before = os.getloadavg()[1]
     for _ in range(2):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for i in range(0, len(texts), 128):  # the pipeline's slice size
             emb.embed_documents(texts[i : i + 128])
-        best = max(best, len(texts) / (time.perf_counter() - t0))
-    return {"spans_per_s": best, "n": len(texts)}
+        wall = time.perf_counter() - t0
+        if len(texts) / wall > best:
+            best, cores = len(texts) / wall, (time.process_time() - c0) / wall
+    return {"spans_per_s": best, "n": len(texts), "cores": cores, "load_before": load_before,
+            "load_after": os.getloadavg()[1],
+            "measured_at": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
 
 async def _query_session(root: Path, idx: Path, ignore: Sequence[str], rounds: int
@@ -221,7 +229,8 @@ async def _query_session(root: Path, idx: Path, ignore: Sequence[str], rounds: i
                 server_ms.append(float(r.structuredContent.get("took_ms") or 0.0))
         rss = _vm_hwm(pid)
     return {"p50": median(lat), "p95": pct(lat, 95), "server_p50": median(server_ms),
-            "server_p95": pct(server_ms, 95), "n": len(lat), "server_rss_mb": rss}
+            "server_p95": pct(server_ms, 95), "n": len(lat), "server_rss_mb": rss,
+            "load": os.getloadavg()[1]}
 
 
 def _server_pid(root: Path) -> int:
@@ -274,23 +283,39 @@ def render(res: dict[str, Any], backends: list[str], cmd: str) -> str:
            "embedding cache; the ONNX export of the model already exists.", ""]
     rows = []
     for b in backends:
-        cold = res.get(f"cold:large:{b}")
-        raw = res.get(f"raw:{b}")
-        if not cold or not raw:
-            continue
-        st = cold["stats"]
-        e2e = st["embedded"] / cold["wall"]
-        rows.append([f"`{b}`", cold["wall"] / 60, st["spans_total"], st["walk_seconds"],
-                     st["chunk_seconds"], st["embed_seconds"],
-                     cold["wall"] - st["embed_seconds"], e2e, raw["spans_per_s"],
-                     f"{e2e / raw['spans_per_s']:.0%}", f"{cold['cores']:.2f}",
-                     round(cold["rss_mb"])])
+        for tree in ("large", "small"):
+            cold = res.get(f"cold:{tree}:{b}")
+            if not cold:
+                continue
+            st = cold["stats"]
+            e2e = st["embedded"] / cold["wall"]
+            rows.append([f"`{b}`", tree, cold.get("measured_at", "?"), _load(cold),
+                         cold["wall"] / 60, st["spans_total"], st["walk_seconds"],
+                         st["chunk_seconds"], st["embed_seconds"],
+                         cold["wall"] - st["embed_seconds"], e2e,
+                         st["embedded"] / cold["cpu"], f"{cold['cores']:.2f}",
+                         round(cold["rss_mb"])])
     out += ["Cold index of the large tree (`rag-index` in a subprocess; CPU time from `wait4`, "
-            "peak RSS is the process's own VmHWM):", "",
-            md_table(["backend", "wall min", "spans", "walk s", "chunking s (CPU in the "
-                      "chunking thread)", "embedding s", "everything but embedding s",
-                      "spans/s end to end", "model alone spans/s", "end to end / model",
-                      "cores busy (CPU s / wall s)", "indexer peak RSS MB"], rows), ""]
+            "peak RSS is the process's own VmHWM). Rows are kept in "
+            "`bench/.work/large/results.json` and may come from different runs: each says when "
+            "and under what load (5-minute load average of this 2-core machine, shared with other "
+            "jobs; above 2 the run did not have both cores to itself).", "",
+            md_table(["backend", "tree", "measured (UTC)", "load avg before / after",
+                      "wall min", "spans", "walk s", "chunking s (CPU in the chunking thread)",
+                      "embedding s", "everything but embedding s", "spans/s end to end",
+                      "spans per CPU second", "cores busy (CPU s / wall s)",
+                      "indexer peak RSS MB"], rows), ""]
+    rows = []
+    for b in backends:
+        raw = res.get(f"raw:{b}")
+        if raw:
+            rows.append([f"`{b}`", raw.get("measured_at", "?"), _load(raw), raw["n"],
+                         raw["spans_per_s"], _num(raw.get("cores"), 2)])
+    out += ["The model alone on texts of the large tree, cut as the indexer cuts them, in slices "
+            "of 128 (best of 2 passes; compare it with the cold runs' spans/s only at a similar "
+            "load, and with their spans per CPU second otherwise):", "",
+            md_table(["backend", "measured (UTC)", "load avg before / after", "texts",
+                      "spans/s", "cores busy"], rows), ""]
     rows = []
     for b in backends:
         noop = res.get(f"noop:large:{b}")
@@ -313,15 +338,53 @@ def render(res: dict[str, Any], backends: list[str], cmd: str) -> str:
         if not big or not small:
             continue
         rows.append([f"`{b}`", small["p50"], small["p95"], big["p50"], big["p95"],
-                     f"{big['p50'] / small['p50']:.2f}x", big["server_p50"],
-                     round(small["server_rss_mb"]), round(big["server_rss_mb"])])
+                     f"{big['p50'] / small['p50']:.2f}x", small["server_p50"],
+                     big["server_p50"], f"{big['server_p50'] / small['server_p50']:.2f}x",
+                     round(small["server_rss_mb"]), round(big["server_rss_mb"]),
+                     f"{_num(small.get('load'))} / {_num(big.get('load'))}"])
     out += [f"`rag_query` through a real MCP stdio session, {len(QUERIES)} queries x 2 rounds "
-            "after 5 warm-up queries, memo cache off (client round trip; `took_ms` is the "
-            "server's own time):", "",
+            "after 5 warm-up queries, memo cache off (client round trip, and `took_ms`: the "
+            "server's own time, which leaves out the stdio hop and the client):", "",
             md_table(["backend", "30k P50 ms", "30k P95 ms", "300k P50 ms", "300k P95 ms",
-                      "P50 growth", "300k server P50 ms", "server peak RSS MB (30k)",
-                      "server peak RSS MB (300k)"], rows), ""]
+                      "P50 growth", "30k server P50 ms", "300k server P50 ms",
+                      "server P50 growth", "server peak RSS MB (30k)",
+                      "server peak RSS MB (300k)", "load avg (30k / 300k)"], rows), ""]
+    out += targets(res, backends)
     return "\n".join(out)
+
+
+def _num(x: float | None, digits: int = 1) -> str:
+    return "?" if x is None else f"{x:.{digits}f}"
+
+
+def _load(step: dict[str, Any]) -> str:
+    return f"{_num(step.get('load_before'))} / {_num(step.get('load_after'))}"
+
+
+def targets(res: dict[str, Any], backends: list[str]) -> list[str]:
+    """The issue's targets against what was measured, one line per backend."""
+    out = ["Targets (issue 6): no-op re-index <= 5 s; query P50 at 300k within 1.5x of 30k; "
+           "server RSS <= 600 MB; indexer RSS <= 1.5 GB; both cores busy while indexing.", ""]
+    for b in backends:
+        cold, noop = res.get(f"cold:large:{b}"), res.get(f"noop:large:{b}")
+        big, small = res.get(f"query:large:{b}"), res.get(f"query:small:{b}")
+        if not (cold and noop and big and small):
+            continue
+        noop_s = median([r["wall"] for r in noop])
+        growth = big["p50"] / small["p50"]
+        server_growth = big["server_p50"] / small["server_p50"]
+        rss = max(small["server_rss_mb"], big["server_rss_mb"])
+        checks = [
+            f"no-op {noop_s:.2f} s {'met' if noop_s <= 5 else 'MISSED'}",
+            f"P50 growth {growth:.2f}x round trip / {server_growth:.2f}x server "
+            f"{'met' if max(growth, server_growth) <= 1.5 else 'MISSED'}",
+            f"server RSS {rss:.0f} MB {'met' if rss <= 600 else 'MISSED'}",
+            f"indexer RSS {cold['rss_mb']:.0f} MB {'met' if cold['rss_mb'] <= 1536 else 'MISSED'}",
+            f"cores {cold['cores']:.2f} {'met' if cold['cores'] >= 1.5 else 'MISSED'} "
+            f"(load {_load(cold)})",
+        ]
+        out.append(f"- `{b}`: " + "; ".join(checks))
+    return out + [""]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,7 +32,7 @@ from rag_mcp.catalog import Catalog, FileRecord
 from rag_mcp.config import Settings, git_head, index_base
 from rag_mcp.embed import Embedder, load_embedder, model_identity
 from rag_mcp.errors import IndexUnavailable
-from rag_mcp.index import open_vectors
+from rag_mcp.index import file_checksums, open_vectors
 from rag_mcp.lexical import LexicalIndex, name_tokens, tokenize
 from rag_mcp.spans import Span, content_hash, digest, embedding_key, embedding_text, span_text
 
@@ -393,7 +393,6 @@ class _Run:
                 "run": {k: v for k, v in st.to_dict().items()
                         if k not in ("by_language", "by_kind", "skipped", "fallback")},
             }
-            (tmp / gen.MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
             cache.prune(live)
         finally:
             stop.set()
@@ -401,6 +400,10 @@ class _Run:
             cache.close()
             catalog.close()
             vectors.close()
+        # Checksums of the closed files, so a reader refuses a damaged generation before any
+        # store opens it (Chroma's HNSW loader can crash the process on a bad segment file).
+        manifest["checksums"] = file_checksums(tmp)
+        (tmp / gen.MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
 
     def _store_work(self, w: _Work, catalog: Catalog, lexical: LexicalIndex, present: set[str],
                     added: set[str], pending: dict[str, str]) -> None:

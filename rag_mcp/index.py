@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import struct
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from rag_mcp import generation as gen
 from rag_mcp.catalog import Catalog
@@ -41,15 +44,68 @@ def checksummed(rel: str) -> bool:
                 or name.startswith("chroma.sqlite3"))
 
 
+#: HNSW files Chroma rewrites in place the first time another process loads the collection
+#: (it finishes applying its write-ahead log then): only their sizes are fixed once published.
+SIZE_ONLY = frozenset({"data_level0.bin", "length.bin"})
+
+
+def _fingerprint(path: Path) -> str:
+    if path.name in SIZE_ONLY:
+        return f"size:{path.stat().st_size}"
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def check_hnsw_graphs(gen_dir: Path) -> None:
+    """Refuse an HNSW graph whose links point nowhere, before Chroma's loader follows them.
+
+    ``data_level0.bin`` is only size-checked by the manifest (see ``SIZE_ONLY``), yet garbage in
+    it makes the native search crash the process. Its layout is hnswlib's, described by the
+    checksummed ``header.bin`` (a 4-byte version, then offsetLevel0, max_elements,
+    cur_element_count, size_data_per_element, label_offset, offsetData, maxlevel, enterpoint,
+    maxM, maxM0, ...): each element starts with a link count (low 16 bits) and maxM0 neighbour
+    ids. Every count must be at most maxM0 and every neighbour an element of the file. Headers of
+    another shape are left to Chroma.
+    """
+    for header in gen_dir.glob("chroma/*/header.bin"):
+        data = header.with_name("data_level0.bin")
+        raw = header.read_bytes()
+        if len(raw) != 100 or not data.is_file():
+            continue
+        size = struct.unpack_from("<Q", raw, 28)[0]  # size_data_per_element
+        offset = struct.unpack_from("<Q", raw, 44)[0]  # offsetData: after the links
+        max_m0 = struct.unpack_from("<Q", raw, 68)[0]
+        if not (0 < size < 1 << 20 and 0 < max_m0 < 4096 and offset == 4 * (1 + max_m0)
+                and size % 4 == 0):
+            rel = header.relative_to(gen_dir).as_posix()
+            raise IndexUnavailable(f"generation {gen_dir.name} is damaged: {rel} is not a graph "
+                                   "header")
+        blob = np.fromfile(data, dtype="<u4")
+        bad: Path | None = data
+        if (blob.size * 4) % size == 0:
+            # only the elements the header counts: the rest of the file is allocated, not written
+            cur = struct.unpack_from("<Q", raw, 20)[0]
+            rows = blob.reshape(-1, size // 4)[:cur]
+            total = blob.size * 4 // size
+            counts = rows[:, 0] & 0xFFFF
+            links = rows[:, 1:1 + max_m0]
+            used = np.arange(max_m0)[None, :] < counts[:, None]
+            bad = data if (counts > max_m0).any() or (links[used] >= total).any() else None
+        if bad is not None:
+            raise IndexUnavailable(f"generation {gen_dir.name} is damaged: "
+                                   f"{bad.relative_to(gen_dir).as_posix()} changed since it "
+                                   "was written")
+
+
 def file_checksums(gen_dir: Path) -> dict[str, str]:
-    """sha256 of each checksummed file of a generation, by relative path: what the writer records
-    in the manifest under ``checksums`` and ``verify_checksums`` compares."""
+    """sha256 (or, for ``SIZE_ONLY`` files, the size) of each checksummed file of a generation,
+    by relative path: what the writer records in the manifest under ``checksums`` and
+    ``verify_checksums`` compares."""
     out: dict[str, str] = {}
     for path in sorted(gen_dir.rglob("*")):
         rel = path.relative_to(gen_dir).as_posix()
         if path.is_file() and checksummed(rel):
-            with path.open("rb") as fh:
-                out[rel] = hashlib.file_digest(fh, "sha256").hexdigest()
+            out[rel] = _fingerprint(path)
     return out
 
 
@@ -61,8 +117,7 @@ def verify_checksums(gen_dir: Path, manifest: dict[str, Any]) -> None:
     for rel, want in sorted(recorded.items()):
         path = gen_dir / rel
         try:
-            with path.open("rb") as fh:
-                got = hashlib.file_digest(fh, "sha256").hexdigest()
+            got = _fingerprint(path)
         except FileNotFoundError:
             raise IndexUnavailable(f"generation {gen_dir.name} is damaged: {rel} is missing"
                                    ) from None
@@ -94,6 +149,7 @@ class OpenIndex:
         try:
             self.manifest = gen.read_manifest(pointer.dir)
             verify_checksums(pointer.dir, self.manifest)
+            check_hnsw_graphs(pointer.dir)
             self.catalog = Catalog(pointer.dir / gen.CATALOG, readonly=True)
             counts = self.catalog.counts()
             if counts["spans"] != self.manifest.get("spans"):

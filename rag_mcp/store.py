@@ -49,8 +49,11 @@ def _settings_prototype() -> Any:
 def _settings() -> Any:
     # A copy of one prototype: constructing Settings makes pydantic-settings read the environment
     # and .env files (~0.15 s measured), which a watcher would pay per run and a server per new
-    # generation. A copy each time, because PersistentClient writes its path into the object.
-    return _settings_prototype().model_copy()
+    # generation. A deep copy each time, because the clients write into the object they get
+    # (PersistentClient its path, HttpClient its API class, host and headers): a shared object
+    # made every embedded store opened later in the same process try to reach the last Chroma
+    # server ("Could not connect to a Chroma server"; tests/test_chroma_server.py).
+    return _settings_prototype().model_copy(deep=True)
 
 
 def _http_status(exc: BaseException) -> int | None:

@@ -120,8 +120,6 @@ def test_checksums_stop_damaged_vectors_before_chroma_loads_them(
         assert name in str(message)
 
 
-@pytest.mark.xfail(strict=True, reason="indexers/pipeline.py does not record checksums in the "
-                   "manifest yet (the issue-7 report describes the change)")
 def test_the_writer_records_checksums(hnsw_index: tuple[Path, Path]) -> None:
     root, index = hnsw_index
     pointer = gen.read_pointer(settings_at(root, index).index_path)

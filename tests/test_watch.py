@@ -25,7 +25,7 @@ from indexers.watch import BackgroundWatcher, Watcher
 from rag_mcp import generation as gen
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.embed import Embedder, load_embedder
-from tests.mcp_helpers import over_stdio
+from tests.mcp_helpers import over_stdio, text
 
 HASH = "test-hash-64"
 WAIT = 60.0  # generous: the CI machine is shared
@@ -370,3 +370,39 @@ async def test_rag_mcp_watch_serves_fresh_results(make_repo: Callable[..., Path]
         health = await session.call_tool("rag_health", {})
         assert health.structuredContent is not None
         assert health.structuredContent["stale_files"] == 0
+
+
+@pytest.mark.anyio
+async def test_health_and_queries_say_how_fresh(make_repo: Callable[..., Path]) -> None:
+    root = make_repo({"src/a.py": funcs("alpha"), "src/b.py": funcs("beta"),
+                      "src/c.py": funcs("gamma")})
+    s = settings_for(root)
+    run_index(s)
+    (root / "src/a.py").write_text(funcs("alpha", "alpha_two"))  # changed
+    (root / "src/c.py").unlink()  # deleted
+    (root / "src/d.py").write_text(funcs("delta"))  # added
+    (root / "src/b.py").touch()  # same content, new mtime: not a change
+    async with over_stdio(root, env={"RAG_EMBED_MODEL": HASH}) as session:
+        import anyio
+
+        health = await session.call_tool("rag_health", {})
+        assert health.structuredContent is not None
+        assert health.structuredContent["stale_files"] == 3
+        # a query never waits for the walk: the count follows within the refresh interval
+        with anyio.fail_after(WAIT):
+            while True:
+                r = await session.call_tool("rag_query", {"query": "alpha", "tau": 0.0})
+                assert r.structuredContent is not None and not r.isError
+                if r.structuredContent["stale_files"] == 3:
+                    break
+                await anyio.sleep(0.2)
+        assert "3 file(s) changed since it was built" in text(r)
+        run_index(s)
+        with anyio.fail_after(WAIT):  # health may answer from a count up to 2 s old
+            while True:
+                health = await session.call_tool("rag_health", {})
+                assert health.structuredContent is not None
+                if health.structuredContent["stale_files"] == 0:
+                    break
+                await anyio.sleep(0.2)
+        assert health.structuredContent["generation"] == 2
