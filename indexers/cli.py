@@ -12,7 +12,7 @@ import orjson
 
 from indexers.progress import Progress
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.errors import RagError
+from rag_mcp.errors import InvalidArgument, RagError
 
 EPILOG = """\
 examples:
@@ -144,6 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="rag-index: %(message)s")
     try:
         settings = settings_from_args(args)
+        several = len(settings.roots) > 1  # RAG_ROOTS or repo.roots name several repositories
+        if several and (args.status or args.spans is not None or args.watch):
+            raise InvalidArgument(
+                f"{len(settings.roots)} repositories are configured (RAG_ROOTS / repo.roots); "
+                "pick one with --root for --status, --spans or --watch")
         if args.status:
             from indexers.status import index_status
 
@@ -170,12 +175,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             from indexers.watch import watch_forever
 
             return watch_forever(settings, progress=progress, rebuild=args.rebuild)
-        stats = run_index(settings, rebuild=args.rebuild, wait=not args.no_wait,
-                          progress=progress)
-        if args.json:
-            print(orjson.dumps(stats.to_dict()).decode())
-        elif not args.quiet:
-            print(render_summary(stats))
+        for root in settings.roots:  # one index per repository, in turn
+            stats = run_index(settings.for_root(root) if several else settings,
+                              rebuild=args.rebuild, wait=not args.no_wait, progress=progress)
+            if args.json:
+                print(orjson.dumps(stats.to_dict()).decode())
+            elif not args.quiet:
+                print(render_summary(stats))
         return 0
     except RagError as exc:
         print(f"rag-index: {exc.code}: {exc.message}", file=sys.stderr)

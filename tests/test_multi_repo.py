@@ -421,3 +421,23 @@ def test_deps_build_one_index_per_root(served: Settings) -> None:
             deps.repos["beta"].handle.get()
     finally:
         deps.close()
+
+
+def test_rag_index_indexes_every_configured_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from indexers import cli
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root, name in ((a, "alpha"), (b, "beta")):
+        root.mkdir()
+        (root / f"{name}.py").write_text(f"def {name}():\n    return 1\n")
+    monkeypatch.setenv("RAG_ROOTS", f"{a}:{b}")
+    monkeypatch.setenv("RAG_EMBED_MODEL", "test-hash-64")
+    assert cli.main(["--json"]) == 0
+    runs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [Path(r["root"]).name for r in runs] == ["a", "b"]
+    assert all(r["spans_total"] >= 1 for r in runs)
+    # --status names one index: with several roots it asks which
+    assert cli.main(["--status"]) == 2
+    assert "pick one with --root" in capsys.readouterr().err
+    assert cli.main(["--status", "--root", str(b)]) == 0
