@@ -23,7 +23,7 @@ from typing import Any
 from bench import quality_plots as plots
 from bench._report import md_table, write_section
 from bench.quality_runs import Run, score_run, service_run
-from bench.quality_sets import SETS, SHORT, EvalSet, load_set
+from bench.quality_sets import INDEX, SETS, SHORT, EvalSet, collection, load_set
 from bench.quality_windows import DenseWindows, bm25_windows_run
 
 MODEL = "all-MiniLM-L6-v2"
@@ -31,7 +31,14 @@ RERANKER = "all-MiniLM-L6-v2"  # the bundled weights with an untrained head: plu
 COLS = ["MRR@10", "hit@1", "hit@3", "hit@5", "hit@10", "nDCG@10", "tok@5", "file_tok@5"]
 
 
-def systems(backend: str, compare: str | None) -> list[tuple[str, Callable[[EvalSet], Run]]]:
+def index_ready(ev: EvalSet, backend: str) -> bool:
+    """Whether every corpus of ``ev`` has a published index for ``backend``."""
+    return all((INDEX / collection(ev.name, sub, backend) / "CURRENT").exists()
+               for sub in ev.corpora)
+
+
+def systems(ev: EvalSet, backend: str, compare: str | None
+            ) -> list[tuple[str, Callable[[EvalSet], Run]]]:
     tag = SHORT[backend]
     out: list[tuple[str, Callable[[EvalSet], Run]]] = [
         ("bm25-w40", lambda ev: Run(ev.name, "bm25-w40", bm25_windows_run(ev))),
@@ -42,7 +49,7 @@ def systems(backend: str, compare: str | None) -> list[tuple[str, Callable[[Eval
          lambda ev: service_run(ev, backend, f"lexical ({tag})", fusion="lexical")),
         (f"hybrid ({tag})", lambda ev: service_run(ev, backend, f"hybrid ({tag})")),
     ]
-    if compare:
+    if compare and index_ready(ev, compare):  # fp32 indexes cost CPU time: not every set has one
         ct = SHORT[compare]
         out += [
             (f"dense ({ct})", lambda ev: service_run(ev, compare, f"dense ({ct})",
@@ -55,7 +62,10 @@ def systems(backend: str, compare: str | None) -> list[tuple[str, Callable[[Eval
 def dense_windows(ev: EvalSet, backend: str) -> Run:
     dw = DenseWindows(MODEL, backend)
     try:
-        return Run(ev.name, f"dense-w1000 ({SHORT[backend]})", dw.run(ev))
+        # SWE-bench's 30 snapshots hold ~43k distinct windows (~2 h of embedding on this
+        # machine): the run covers the snapshots whose windows are embedded, and the table
+        # compares every system on that subset too.
+        return Run(ev.name, f"dense-w1000 ({SHORT[backend]})", dw.run(ev, cached_only=True))
     finally:
         dw.close()
 
@@ -78,23 +88,33 @@ def row(label: str, m: dict[str, float]) -> list[Any]:
             f"{share:.1%}", lat]
 
 
-def targets(name: str, m: dict[str, dict[str, float]], tag: str) -> list[list[Any]]:
-    """Issue 4's targets for the default pipeline, on this run's own baselines."""
-    hy, bm, dw = m[f"hybrid ({tag})"], m["bm25-w40"], m[f"dense-w1000 ({tag})"]
+def targets(name: str, m: dict[str, dict[str, float]], tag: str,
+            sub: dict[str, dict[str, float]] | None = None, sub_n: int = 0) -> list[list[Any]]:
+    """Issue 4's targets for the default pipeline, on this run's own baselines (``sub``: the
+    scores on the subset the dense-window baseline covers, when it covers only part)."""
+    hy, bm = m[f"hybrid ({tag})"], m["bm25-w40"]
+    on = sub or m
+    dw, hy_dw = on[f"dense-w1000 ({tag})"], on[f"hybrid ({tag})"]
+    where = f" (the {sub_n} queries it covers)" if sub else ""
     share = hy["tok@5"] / hy["file_tok@5"] if hy["file_tok@5"] else 0.0
     out = [
-        [name, "MRR@10 >= 1.3x BM25-w40", f"{hy['MRR@10']:.3f} vs {1.3 * bm['MRR@10']:.3f}",
+        [name, "MRR@10 >= 1.3x BM25-w40",
+         f"{hy['MRR@10']:.3f} vs {1.3 * bm['MRR@10']:.3f} "
+         f"({hy['MRR@10'] / max(bm['MRR@10'], 1e-9):.2f}x)",
          _ok(hy["MRR@10"] >= 1.3 * bm["MRR@10"])],
-        [name, "MRR@10 > dense fixed windows", f"{hy['MRR@10']:.3f} vs {dw['MRR@10']:.3f}",
-         _ok(hy["MRR@10"] > dw["MRR@10"])],
+        [name, "MRR@10 > dense fixed windows" + where,
+         f"{hy_dw['MRR@10']:.3f} vs {dw['MRR@10']:.3f}", _ok(hy_dw["MRR@10"] > dw["MRR@10"])],
         [name, "tokens top 5 <= 15% of their files, hit@5 >= BM25-w40's",
-         f"{share:.1%}; hit@5 {hy['hit@5']:.3f} vs {bm['hit@5']:.3f}",
+         f"{share:.1%}; hit@5 {hy['hit@5']:.3f} vs {bm['hit@5']:.3f} "
+         f"({hy['hit@5'] - bm['hit@5']:+.3f})",
          _ok(share <= 0.15 and hy["hit@5"] >= bm["hit@5"])],
     ]
     if name == "docs":
-        out.append([name, "hit@5 >= 0.90", f"{hy['hit@5']:.3f}", _ok(hy["hit@5"] >= 0.90)])
+        out.append([name, "hit@5 >= 0.90", f"{hy['hit@5']:.3f} ({hy['hit@5'] - 0.90:+.3f})",
+                    _ok(hy["hit@5"] >= 0.90)])
     if name == "docstring":
-        out.append([name, "hit@10 >= 0.85", f"{hy['hit@10']:.3f}", _ok(hy["hit@10"] >= 0.85)])
+        out.append([name, "hit@10 >= 0.85", f"{hy['hit@10']:.3f} ({hy['hit@10'] - 0.85:+.3f})",
+                    _ok(hy["hit@10"] >= 0.85)])
     return out
 
 
@@ -104,7 +124,7 @@ def _ok(flag: bool) -> str:
 
 def per_library(ev: EvalSet, runs: dict[str, Run], names: list[str]) -> str:
     libs = sorted({q.get("lib", "") for q in ev.queries})
-    rows = []
+    rows: list[list[object]] = []
     for lib in libs:
         qs = [q for q in ev.queries if q.get("lib", "") == lib]
         for n in names:
@@ -115,12 +135,15 @@ def per_library(ev: EvalSet, runs: dict[str, Run], names: list[str]) -> str:
                     rows)
 
 
-def rerank_rows(ev: EvalSet, backend: str, sample: int, hybrid: Run) -> list[list[Any]]:
+def rerank_rows(ev: EvalSet, backend: str, sample: int, hybrid: Run,
+                reuse: bool = False) -> list[list[Any]]:
     """Hybrid with and without the cross-encoder on the same first ``sample`` queries."""
     tag = SHORT[backend]
     name = f"hybrid+rerank ({tag}, untrained head, n={sample})"
-    run = service_run(ev, backend, f"hybrid+rerank ({tag})", rerank=True, limit=sample,
-                      reranker_model=RERANKER)
+    run = Run.load(ev.name, f"hybrid+rerank ({tag})") if reuse else None
+    if run is None or len(run.results) != min(sample, len(ev.queries)):
+        run = service_run(ev, backend, f"hybrid+rerank ({tag})", rerank=True, limit=sample,
+                          reranker_model=RERANKER)
     qs = ev.queries[:sample]
     return [row(f"hybrid ({tag}), same {sample} queries", score_run(ev, hybrid, queries=qs)),
             row(name, score_run(ev, run, queries=qs))]
@@ -137,32 +160,56 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     tag = SHORT[a.backend]
-    sysdefs = systems(a.backend, a.compare or None)
-    names = [n for n, _ in sysdefs]
-    table, checks, libs, rerank = [], [], "", []
+    table, checks, libs, rerank, backends = [], [], "", [], []
     mrr: dict[tuple[str, str], float] = {}
+    names_all: list[str] = []
     cost_points: dict[str, list[tuple[str, float, float]]] = {}
     for set_name in a.sets.split(","):
         ev = load_set(set_name)
+        sysdefs = systems(ev, a.backend, a.compare or None)
+        names = [n for n, _ in sysdefs]
+        names_all += [n for n in names if n not in names_all]
         runs = {n: get_run(ev, n, make, a.reuse) for n, make in sysdefs}
-        scored = {n: score_run(ev, runs[n]) for n in names}
+        full = {n for n in names if len(runs[n].results) == len(ev.queries)}
+        scored = {n: score_run(ev, runs[n]) for n in full}
         for n in names:
-            table.append([f"{set_name} (n={len(ev.queries)})", *row(n, scored[n])])
-            mrr[(set_name, n)] = scored[n]["MRR@10"]
+            if n in full:
+                table.append([f"{set_name} (n={len(ev.queries)})", *row(n, scored[n])])
+                mrr[(set_name, n)] = scored[n]["MRR@10"]
         cost_points[set_name] = [(n.split(" ")[0], scored[n]["tok@5"], scored[n]["hit@5"])
-                                 for n in names]
-        if set_name == "swebench_lite":
+                                 for n in names if n in full]
+        sub, sub_n = None, 0
+        partial = [n for n in names if n not in full]
+        if partial:  # a baseline that covers part of the set: everyone on that part
+            ids = set.intersection(*(set(runs[n].results) for n in partial))
+            qs = [q for q in ev.queries if q["id"] in ids]
+            sub_n = len(qs)
+            sub = {n: score_run(ev, runs[n], queries=qs) for n in names}
             for n in names:
+                table.append([f"{set_name} [subset n={sub_n}]", *row(n, sub[n])])
+                mrr.setdefault((set_name, n), sub[n]["MRR@10"])
+        if set_name == "swebench_lite":
+            for n in sorted(full, key=names.index):
                 fl = score_run(ev, runs[n], file_level=True)
                 table.append([f"{set_name} [file-level]", *row(n, fl)])
-        checks += targets(set_name, scored, tag)
+        checks += targets(set_name, scored, tag, sub, sub_n)
+        if a.compare and f"hybrid ({SHORT[a.compare]})" in scored:
+            h8, h32 = scored[f"hybrid ({tag})"], scored[f"hybrid ({SHORT[a.compare]})"]
+            d = h8["MRR@10"] - h32["MRR@10"]
+            backends.append([set_name, f"{h32['MRR@10']:.3f}", f"{h8['MRR@10']:.3f}",
+                             f"{d:+.3f}", _ok(abs(d) <= 0.01)])
+        elif a.compare:
+            h8m = mrr[(set_name, f"hybrid ({tag})")]
+            backends.append([set_name, "not indexed (CPU time)", f"{h8m:.3f}", "-",
+                             "not measured"])
         if set_name == "docstring":
             libs = per_library(ev, runs, ["bm25-w40", f"dense ({tag})", f"lexical ({tag})",
                                           f"hybrid ({tag})"])
         if a.rerank_sample:
             rerank += [[set_name, *r]
                        for r in rerank_rows(ev, a.backend, a.rerank_sample,
-                                            runs[f"hybrid ({tag})"])]
+                                            runs[f"hybrid ({tag})"], a.reuse)]
+    names = names_all
     sets = a.sets.split(",")
     plots.bars(plots.IMG / "quality-mrr.png", sets, names, mrr, "MRR@10",
                "MRR@10 per set and system")
@@ -180,7 +227,9 @@ lines covered). `bm25-*` are the kit's own baselines, measured in this run; `den
 fixed 1,000-character windows (200 overlap) with the same model; the other rows are our spans
 through rag-eval's path (QueryService, k = 10, tau = 0, budgets lifted). `{tag}` = the
 `embed.backend` of the index. Latency is rag_query's own time per query (embedding, both legs,
-fusion, formatting) on a shared, loaded 2-core machine.
+fusion, formatting) on a shared, loaded 2-core machine. Where a baseline covers only part of a
+set (dense-w1000 on SWE-bench: the snapshots whose windows were embedded), every system is also
+scored on that subset, and the plot's bar for that baseline is its subset score.
 
 {md_table(header, table)}
 
@@ -190,6 +239,25 @@ fusion, formatting) on a shared, loaded 2-core machine.
 ### Targets (issue 4), default pipeline `hybrid ({tag})`
 
 {md_table(["set", "target", "measured", ""], checks)}
+
+Why the misses (docs/RETRIEVAL.md, "Results against the targets", has the evidence): the docs
+queries are section headings that the kit blanks in the corpus, so a section loses its title
+from its text, name and embedding, and larger units (40-line windows, whole files) keep more of
+the neighbouring words; SWE-bench queries are whole issues, of which MiniLM reads the first 256
+word pieces, so the dense leg is weak there and pulls the fusion under BM25 alone; the docstring
+set is two-thirds lodash, whose many near-identical small wrappers a description cannot tell
+apart (hit@10 0.78-0.79 on requests and click). The defaults were not tuned per set
+(bench/calibrate.py chooses one setting for all four sets).
+"""
+    if backends:
+        body += f"""
+### Embedding backends: hybrid MRR@10, fp32 (`onnx`) against int8 (`onnx-int8`)
+
+Issue 6 asks for int8 within 0.01 MRR@10 of the fp32 model. Same spans, same queries, same
+calibration row; only the vectors differ.
+
+{md_table(["set", f"hybrid ({SHORT[a.compare]})", f"hybrid ({tag})", "int8 - fp32",
+           "within 0.01"], backends)}
 """
     if libs:
         body += f"\n### Docstring set per library\n\n{libs}\n"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from typing import Any
 
 from bench import quality_plots as plots
 from bench._report import md_table, write_section
@@ -21,7 +22,7 @@ from bench.quality_sets import SETS, SHORT, EvalSet, load_set
 from rag_mcp.fusion import calibration_for
 
 KS = (3, 5, 8, 10)
-TAUS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+TAUS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 POOLS = (10, 20, 50, 100)
 FUSIONS = ("convex", "rrf", "dense", "lexical")
 
@@ -35,21 +36,23 @@ def saved(ev: EvalSet, system: str, make, reuse: bool) -> Run:  # type: ignore[n
 
 
 def study_k(evs: list[EvalSet], hybrid: dict[str, Run]) -> str:
-    rows, pts = [], {}
+    rows: list[list[object]] = []
+    pts: dict[str, list[tuple[str, float, float]]] = {}
     for ev in evs:
         pts[ev.name] = []
         for k in KS:
-            m = score_run(ev, hybrid[ev.name], k=k)
-            rows.append([ev.name, k, f"{m['MRR@10']:.3f}", f"{m[f'hit@{k}']:.3f}",
+            m = score_run(ev, hybrid[ev.name], k=k)  # the list is cut to k: hit@10 is hit@k
+            rows.append([ev.name, k, f"{m['MRR@10']:.3f}", f"{m['hit@10']:.3f}",
                          f"{m['tok@10_k']:,.0f}"])
-            pts[ev.name].append((f"K={k}", m["tok@10_k"], m[f"hit@{k}"]))
+            pts[ev.name].append((f"K={k}", m["tok@10_k"], m["hit@10"]))
     plots.tradeoff(plots.IMG / "quality-k.png", pts, "tokens returned (top K)", "hit@K",
                    "K: quality against tokens")
     return md_table(["set", "K", "MRR@K", "hit@K", "tokens returned"], rows)
 
 
 def study_tau(evs: list[EvalSet], hybrid: dict[str, Run], tau_default: float) -> str:
-    rows, pts = [], {}
+    rows: list[list[object]] = []
+    pts: dict[str, list[tuple[str, float, float]]] = {}
     for ev in evs:
         pts[ev.name] = []
         for tau in TAUS:
@@ -64,7 +67,8 @@ def study_tau(evs: list[EvalSet], hybrid: dict[str, Run], tau_default: float) ->
 
 def study_pool(evs: list[EvalSet], backend: str, hybrid: dict[str, Run], reuse: bool) -> str:
     tag = SHORT[backend]
-    rows, pts = [], {}
+    rows: list[list[object]] = []
+    pts: dict[str, list[tuple[str, float, float]]] = {}
     for ev in evs:
         pts[ev.name] = []
         for pool in POOLS:
@@ -86,7 +90,7 @@ def study_cache(ev: EvalSet, backend: str) -> str:
     off = service_run(ev, backend, f"hybrid ({tag}) cache off", cache=False)
     on = service_run(ev, backend, f"hybrid ({tag}) cache on, 2nd pass", passes=2)
     same = all(off.results[q] == on.results[q] for q in off.results)
-    rows = []
+    rows: list[list[Any]] = []
     for label, run in (("off", off), ("on, second pass (every query a hit)", on)):
         took = sorted(run.took_ms.values())
         rows.append([label, f"{statistics.median(took):.2f}",
@@ -101,7 +105,8 @@ def study_cache(ev: EvalSet, backend: str) -> str:
 
 def study_fusion(evs: list[EvalSet], backend: str, hybrid: dict[str, Run], reuse: bool) -> str:
     tag = SHORT[backend]
-    rows, vals = [], {}
+    rows: list[list[object]] = []
+    vals: dict[tuple[str, str], float] = {}
     for ev in evs:
         for fusion in FUSIONS:
             name = {"convex": f"hybrid ({tag})", "dense": f"dense ({tag})",

@@ -117,10 +117,19 @@ class DenseWindows:
             self.embedded += len(chunk)
         return np.stack([have[k] for k in keys]) if keys else np.zeros((0, 1), np.float32)
 
-    def run(self, ev: EvalSet, topk: int = 10) -> dict[str, list[LineSpan]]:
+    def embedded_all(self, units: Sequence[Unit]) -> bool:
+        keys = list(dict.fromkeys(embedding_key(self.identity, u[3]) for u in units))
+        return len(self.cache.get(keys)) == len(keys)
+
+    def run(self, ev: EvalSet, topk: int = 10, *, cached_only: bool = False
+            ) -> dict[str, list[LineSpan]]:
+        """Top ``topk`` windows per query; ``cached_only`` skips the corpora whose windows are
+        not all embedded yet (their queries are then absent from the run)."""
         out: dict[str, list[LineSpan]] = {}
         for sub in ev.corpora:
             units = corpus_windows(ev.corpus_dir(sub))
+            if cached_only and not self.embedded_all(units):
+                continue
             mat = self.vectors(units)
             for q in ev.queries:
                 if q.get("corpus", "") != sub:

@@ -1,33 +1,26 @@
-"""``rag-eval``: measure retrieval on your own repository, through the same path as ``rag_query``.
+"""The evaluation core of ``rag-eval``: ask labelled queries through ``rag_query``'s path, score.
 
-    rag-eval QUERIES.jsonl [--root R] [--k 10] [--json] [--out RUN.jsonl]
-    rag-eval --docstrings [N] [--root R] [--save-queries Q.jsonl]
-
-Every query goes through ``QueryService`` (what ``rag_query`` calls) with tau = 0 and the
-response budgets lifted, so the ranking is what is measured. The scores follow the evaluation
-kit's rule (rag_mcp.metrics); ``--out`` writes the kit's run-file format, so
-``score.py QUERIES RUN.jsonl`` prints the same numbers.
+Every query goes through ``QueryService`` (what ``rag_query`` calls) with the response budgets
+lifted and, unless asked otherwise, tau = 0, so the ranking itself is what is measured. The
+scores follow the evaluation kit's rule (rag_mcp.metrics); ``run_lines`` writes the kit's
+run-file format, so ``score.py QUERIES RUN.jsonl`` prints the same numbers. The command line
+(arguments, and the docstring starter set, which drives the indexer) is indexers/eval_cli.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import shutil
-import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from rag_mcp.config import Settings, index_base, load_settings
-from rag_mcp.errors import InvalidArgument, NotFound, RagError
-from rag_mcp.evalsets import EvalQuery, docstring_set, dump_queries, load_queries
-from rag_mcp.metrics import FileLines, LineSpan, mean, score_query
-from rag_mcp.query import MAX_K, QueryParams, QueryService
+from rag_mcp.config import Settings
+from rag_mcp.errors import InvalidArgument
+from rag_mcp.evalsets import EvalQuery
+from rag_mcp.metrics import LineSpan, mean, score_query
+from rag_mcp.query import QueryParams, QueryService
 
 log = logging.getLogger("rag_mcp.evaluate")
 
@@ -86,10 +79,13 @@ def summarize(outcomes: list[Outcome], k: int) -> dict[str, Any]:
 
 
 def run_eval(service: QueryService, queries: Sequence[EvalQuery], *, k: int = 10,
-             tau: float = 0.0, fusion: str | None = None, rerank: bool | None = None,
+             tau: float | None = 0.0, fusion: str | None = None, rerank: bool | None = None,
              lines_of: Callable[[str], list[str] | None] | None = None,
              file_level: bool = False, min_overlap: float = 0.5) -> Report:
-    """Ask every query through ``service`` and score it; one failed query never stops the run."""
+    """Ask every query through ``service`` and score it; one failed query never stops the run.
+
+    ``tau=None`` applies rag_query's own default threshold (the calibrated one).
+    """
     extra: dict[str, Any] = {"fusion": fusion} if fusion else {}
     outcomes: list[Outcome] = []
     for q in queries:
@@ -153,136 +149,3 @@ def report_json(report: Report) -> dict[str, Any]:
          **({"error": o.error} if o.error else {})}
         for o in report.missed]
     return out
-
-
-def docstring_index(settings: Settings, limit: int, *, quiet: bool
-                    ) -> tuple[Settings, list[EvalQuery], Path]:
-    """Index a copy of the repository with every docstring hidden; questions from docstrings.
-
-    The copy lives in a temporary folder; its index goes under the repository's own index
-    folder (its own collection), so the embedding cache there is shared and a second run embeds
-    only what changed.
-    """
-    # rag-eval is a command-line edge like rag-index: it may drive the indexer (lazily, so
-    # importing this module stays light).
-    from indexers import walk
-    from indexers.pipeline import run_index
-    from indexers.progress import Progress
-
-    root = settings.root_path
-    walked = walk.walk(root, max_file_bytes=settings.max_file_bytes,
-                       extra_ignore=settings.ignore, index_dir=index_base(settings))
-    sources: dict[str, str] = {}
-    for c in walked.files:
-        if c.rel.endswith((".py", ".pyi")):
-            try:
-                sources[c.rel] = c.abs_path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue
-    stripped, queries = docstring_set(sources, limit=limit)
-    if not queries:
-        raise NotFound(
-            f"found no documented Python function under {root} to ask about (each needs a "
-            "docstring whose first sentence has 3 or more words); write a query file instead")
-    tmp = Path(tempfile.mkdtemp(prefix="rag-eval-"))
-    copy = tmp / root.name
-    for c in walked.files:
-        dest = copy / c.rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if c.rel in stripped:
-            dest.write_text(stripped[c.rel], encoding="utf-8")
-        else:
-            shutil.copyfile(c.abs_path, dest)
-    name = f"{settings.collection_name[:40]}-docstrings"
-    s2 = replace(settings, root=str(copy), index_dir=str(index_base(settings)), collection=name)
-    run_index(s2, progress=Progress(quiet=quiet))
-    return s2, queries, tmp
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="rag-eval", description=__doc__.split("\n\n")[0],
-        epilog="Query file: one JSON object a line, {\"id\", \"query\", \"gold\": [{\"path\", "
-               "\"start_line\", \"end_line\"}]}; paths relative to the root. A result is "
-               "relevant when it is in the gold file and covers at least half of the gold lines.")
-    ap.add_argument("queries", nargs="?", help="the query file (JSONL)")
-    ap.add_argument("--root", help="repository root (default: the enclosing git root)")
-    ap.add_argument("--config", metavar="FILE", help="a TOML file with any subset of the knobs")
-    ap.add_argument("--index-dir", help="where the index lives (default <root>/.rag)")
-    ap.add_argument("--k", type=int, default=10, help=f"results per query, 1-{MAX_K} (default 10)")
-    ap.add_argument("--tau", type=float, default=0.0,
-                    help="confidence threshold (default 0: measure the ranking itself)")
-    ap.add_argument("--fusion", help="convex, rrf, dense or lexical (default: rag_query's)")
-    ap.add_argument("--rerank", action="store_true", help="rerank with query.reranker_model")
-    ap.add_argument("--file-level", action="store_true",
-                    help="relevance by file only (is the right file in the top k?)")
-    ap.add_argument("--json", action="store_true", help="print the summary as JSON")
-    ap.add_argument("--out", metavar="RUN.jsonl", help="write the run file (the kit's format)")
-    ap.add_argument("--docstrings", nargs="?", const=200, type=int, metavar="N",
-                    help="no query file: ask up to N (200) questions made from the repository's "
-                         "Python docstrings, with the docstrings hidden from a temporary index")
-    ap.add_argument("--save-queries", metavar="FILE",
-                    help="with --docstrings: also write the questions (they are only fair "
-                         "against an index without docstrings)")
-    ap.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
-    return ap
-
-
-def _run(args: argparse.Namespace) -> int:
-    from rag_mcp.deps import build_deps  # the same wiring as the server (reranker included)
-
-    if not 1 <= args.k <= MAX_K:
-        raise InvalidArgument(f"--k must be from 1 to {MAX_K}")
-    if not 0.0 <= args.tau <= 1.0:
-        raise InvalidArgument("--tau must be between 0 and 1")
-    if (args.queries is None) == (args.docstrings is None):
-        raise InvalidArgument("give a query file, or --docstrings to build questions")
-    settings = load_settings({"root": args.root, "index_dir": args.index_dir},
-                             config_file=args.config)
-    tmp: Path | None = None
-    if args.docstrings is not None:
-        if args.docstrings < 1:
-            raise InvalidArgument("--docstrings N needs N >= 1")
-        settings, queries, tmp = docstring_index(settings, args.docstrings,
-                                                 quiet=not args.verbose)
-        if args.save_queries:
-            Path(args.save_queries).write_bytes(dump_queries(queries))
-    else:
-        queries = load_queries(Path(args.queries))
-    deps = build_deps(eval_settings(settings, args.k))
-    try:
-        deps.handle.get()  # no index: say how to build it before asking anything
-        report = run_eval(deps.queries, queries, k=args.k, tau=args.tau, fusion=args.fusion,
-                          rerank=True if args.rerank else None,
-                          lines_of=FileLines(settings.root), file_level=args.file_level)
-    finally:
-        deps.close()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.rmtree(settings.index_path, ignore_errors=True)
-    if args.out:
-        Path(args.out).write_bytes(run_lines(report.outcomes))
-    if args.json:
-        sys.stdout.write(orjson.dumps(report_json(report), option=orjson.OPT_INDENT_2).decode()
-                         + "\n")
-    else:
-        sys.stdout.write(render(report) + "\n")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return _run(args)
-    except RagError as exc:
-        sys.stderr.write(f"rag-eval: {exc}\n")
-        return exc.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write("rag-eval: interrupted\n")
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

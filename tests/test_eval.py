@@ -213,7 +213,7 @@ def indexed_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from rag_mcp.evaluate import main
+    from indexers.eval_cli import main
 
     code = main(args)
     out = capsys.readouterr()
@@ -301,3 +301,46 @@ def test_rag_eval_docstrings_hides_them_and_cleans_up(
     assert (rag / "embcache.sqlite").exists()
     assert (root / "pkg" / "shapes.py").read_text() \
         == (FIXTURE / "repo" / "pkg" / "shapes.py").read_text()  # the user's files untouched
+
+
+def test_rag_eval_help_says_what_it_measures_and_the_file_format(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from indexers.eval_cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: rag-eval")
+    for words in ("MRR@10", "--docstrings", '"gold": [{"path"', "at least half of the gold lines",
+                  "--tau", "'auto'", "exit codes"):
+        assert words in out
+
+
+def test_rag_eval_tau_is_a_number_in_range_or_auto(capsys: pytest.CaptureFixture[str]) -> None:
+    from indexers.eval_cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["q.jsonl"]).tau == 0.0  # the ranking itself, by default
+    assert parse(["q.jsonl", "--tau", "auto"]).tau is None  # rag_query's calibrated default
+    assert parse(["q.jsonl", "--tau", "0.3"]).tau == 0.3
+    for bad in ("1.5", "high"):
+        with pytest.raises(SystemExit) as done:
+            parse(["q.jsonl", "--tau", bad])
+        assert done.value.code == 2
+    assert "argument --tau" in capsys.readouterr().err
+
+
+def test_the_core_imports_neither_the_indexer_nor_the_tools() -> None:
+    """Design rule: rag_mcp (but its server) never imports indexers or tools, even lazily."""
+    core = Path(__file__).parent.parent / "rag_mcp"
+    offenders = []
+    for path in sorted(core.glob("*.py")):
+        if path.name == "server.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.name}: {n}" for n in names
+                          if n.split(".")[0] in ("indexers", "tools")]
+    assert offenders == []

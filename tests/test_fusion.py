@@ -117,3 +117,35 @@ def test_query_tau_setting_overrides_the_calibrated_default(
     assert ans.tau == 0.99 and ans.low_confidence and ans.returned == 1
     # an explicit tau on the call still wins
     assert fixed.queries.query(QueryParams("retry with backoff", tau=0.0)).tau == 0.0
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_rag_query_without_tau_applies_the_calibrated_default(sample_repo: Path) -> None:
+    """End to end with the bundled model: omitting tau means the fitted row's tau, not 0."""
+    from indexers.pipeline import run_index
+    from tests.mcp_helpers import in_process
+
+    settings = load_settings({"root": str(sample_repo)})
+    assert settings.tau is None  # configs/default.toml says "auto"
+    assert run_index(settings).published
+    cal = CALIBRATIONS["all-MiniLM-L6-v2"]
+    assert cal.tau > 0 and "provisional" not in cal.source
+    async with in_process(settings) as (session, _):
+        query = {"query": "compute a checksum of the payload bytes", "k": 10}
+        auto = (await session.call_tool("rag_query", query)).structuredContent
+        zero = (await session.call_tool("rag_query", {**query, "tau": 0.0})).structuredContent
+    assert auto is not None and zero is not None
+    assert auto["tau"] == cal.tau and zero["tau"] == 0.0
+    # the threshold did work: what it dropped is exactly what tau = 0 returned beyond it
+    assert auto["dropped_by_tau"] > 0 and zero["dropped_by_tau"] == 0
+    assert auto["returned"] + auto["dropped_by_tau"] \
+        == zero["returned"] + zero["cut_by_budget"]
+    assert all(h["score"] >= cal.tau for h in auto["hits"])
+    assert any(h["score"] < cal.tau for h in zero["hits"])
+    assert [h["id"] for h in auto["hits"]] == [h["id"] for h in zero["hits"]][:auto["returned"]]
