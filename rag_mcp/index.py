@@ -64,8 +64,9 @@ def check_hnsw_graphs(gen_dir: Path) -> None:
     checksummed ``header.bin`` (a 4-byte version, then offsetLevel0, max_elements,
     cur_element_count, size_data_per_element, label_offset, offsetData, maxlevel, enterpoint,
     maxM, maxM0, ...): each element starts with a link count (low 16 bits) and maxM0 neighbour
-    ids. Every count must be at most maxM0 and every neighbour an element of the file. Headers of
-    another shape are left to Chroma.
+    ids. Every count must be at most maxM0 and every neighbour an element of the file; every norm
+    in ``length.bin`` must be a finite non-negative float. Headers of another shape are left to
+    Chroma.
     """
     for header in gen_dir.glob("chroma/*/header.bin"):
         data = header.with_name("data_level0.bin")
@@ -91,6 +92,14 @@ def check_hnsw_graphs(gen_dir: Path) -> None:
             links = rows[:, 1:1 + max_m0]
             used = np.arange(max_m0)[None, :] < counts[:, None]
             bad = data if (counts > max_m0).any() or (links[used] >= total).any() else None
+        # length.bin holds each vector's norm (float32; ~1.0 for our unit vectors): garbage
+        # there gives wrong answers rather than a crash
+        norms = header.with_name("length.bin")
+        if bad is None and norms.is_file():
+            cur = struct.unpack_from("<Q", raw, 20)[0]
+            n = np.fromfile(norms, dtype="<f4")[:cur]
+            if not (np.isfinite(n).all() and (n >= 0).all() and (n < 1e6).all()):
+                bad = norms
         if bad is not None:
             raise IndexUnavailable(f"generation {gen_dir.name} is damaged: "
                                    f"{bad.relative_to(gen_dir).as_posix()} changed since it "

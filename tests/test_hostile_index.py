@@ -97,7 +97,8 @@ def hnsw_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_checksums_stop_damaged_vectors_before_chroma_loads_them(
         hnsw_index: tuple[Path, Path], tmp_path: Path) -> None:
     """Garbage in data_level0.bin or a cut header.bin crashes the process inside Chroma's loader
-    (SIGSEGV); with checksums in the manifest the generation is refused before that."""
+    (SIGSEGV), garbage norms in length.bin give wrong answers; with checksums (sizes for the files
+    Chroma rewrites on first load) and the graph check, the generation is refused first."""
     root, pristine = hnsw_index
     idx = tmp_path / "idx"
     shutil.copytree(pristine, idx)
@@ -110,7 +111,8 @@ def test_checksums_stop_damaged_vectors_before_chroma_loads_them(
     assert not any(k.startswith("chroma/chroma.sqlite3") for k in manifest["checksums"])
     (pointer.dir / gen.MANIFEST).write_bytes(orjson.dumps(manifest))
     assert anyio.run(hit_ids, settings_at(root, idx))[0] == "ok"  # intact: opens and answers
-    for name, how in (("data_level0.bin", "garbage"), ("header.bin", "truncate")):
+    for name, how in (("data_level0.bin", "garbage"), ("header.bin", "truncate"),
+                      ("length.bin", "garbage"), ("data_level0.bin", "truncate")):
         case = tmp_path / f"{name}-{how}"
         shutil.copytree(idx, case)
         case_dir = case / pointer.dir.relative_to(idx)
