@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
-QUERY  ?= where are span IDs parsed and validated?
+QUERY  ?= how is a span ID built from path, lines and digest?
 
 .PHONY: setup run test lint bench clean
 
