@@ -135,6 +135,24 @@ def verify_checksums(gen_dir: Path, manifest: dict[str, Any]) -> None:
                                    "it was written")
 
 
+VERIFY_ATTEMPTS = 3
+
+
+def verify_generation(gen_dir: Path, manifest: dict[str, Any]) -> None:
+    """``verify_checksums`` and ``check_hnsw_graphs``, tried a few times 0.25 s apart: another
+    process loading this generation for the first time has Chroma rewrite two HNSW files in
+    place, and a check that reads them mid-write must not call a sound index damaged."""
+    for attempt in range(VERIFY_ATTEMPTS):
+        try:
+            verify_checksums(gen_dir, manifest)
+            check_hnsw_graphs(gen_dir)
+            return
+        except IndexUnavailable:
+            if attempt == VERIFY_ATTEMPTS - 1:
+                raise
+            time.sleep(0.25)
+
+
 def open_vectors(settings: Settings, gen_dir: Path, name: str, *, create: bool) -> VectorStore:
     """The vector store of a generation: its own folder, or the shared server collection."""
     if settings.chroma_url:
@@ -157,8 +175,7 @@ class OpenIndex:
         self.vectors: VectorStore | None = None
         try:
             self.manifest = gen.read_manifest(pointer.dir)
-            verify_checksums(pointer.dir, self.manifest)
-            check_hnsw_graphs(pointer.dir)
+            verify_generation(pointer.dir, self.manifest)
             self.catalog = Catalog(pointer.dir / gen.CATALOG, readonly=True)
             counts = self.catalog.counts()
             if counts["spans"] != self.manifest.get("spans"):

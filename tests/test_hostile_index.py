@@ -175,5 +175,6 @@ def test_four_readers_never_see_a_half_written_generation(tmp_path: Path) -> Non
         write_repo(root, 60, variant)
         subprocess.run(rag_index_cmd(root), check=True)
     results = [orjson.loads(r.communicate(timeout=600)[0]) for r in readers]
-    assert all(r["failed"] == 0 and r["half"] == 0 for r in results), results
+    assert all(r["failed"] == 0 and r["half"] == 0 for r in results), [
+        (r["failed"], r["half"], r["errors"]) for r in results]
     assert sum(r["ok"] for r in results) == 160
