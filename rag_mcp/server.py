@@ -380,45 +380,25 @@ def _stale_count(settings: Settings, handle: Any) -> int | None:
     return staleness(settings, idx.catalog.files()).count
 
 
-def _shared_models(settings: Settings) -> Callable[[str, str], Any]:
-    """One embedding model per (model, backend) for the server and its watchers (the embedders
-    are thread-safe): a second copy cost ~250 MB of RSS in watch mode (docs/BENCHMARKS.md)."""
-    import threading
-
-    from rag_mcp.embed import load_embedder
-
-    lock = threading.Lock()
-    models: dict[tuple[str, str], Any] = {}
-
-    def get(model: str, backend: str) -> Any:
-        with lock:
-            if (model, backend) not in models:
-                models[model, backend] = load_embedder(
-                    model, backend, cache_dir=settings.model_cache_path,
-                    threads=settings.embed_threads, batch_size=settings.embed_batch)
-            return models[model, backend]
-
-    return get
-
-
 def serve(settings: Settings, *, http: bool = False, watch: bool = False) -> int:
     """Run the server until the client disconnects (stdio) or it is interrupted (HTTP)."""
-    from rag_mcp.deps import build_deps
+    from rag_mcp.deps import EmbedderPool, build_deps
 
     transport: dict[str, Any] = {}
     if http:
         from rag_mcp.http import fastmcp_options
 
         transport = fastmcp_options(settings)
-    shared = _shared_models(settings) if watch else None
+    # With --watch, the server and its watchers embed with one model (a second copy cost
+    # ~250 MB of RSS; the embedders are thread-safe).
+    shared = EmbedderPool(settings) if watch else None
+    factory = (lambda m, b: shared.for_manifest({"model": m, "backend": b})) if shared else None
     server = build_server(settings, lambda: build_deps(settings, stale_count=_stale_count,
-                                                       embedder_factory=shared),
+                                                       embedder_factory=factory),
                           connector_tools=http, **transport)
     watchers = []
-    if watch:
+    if shared is not None:
         from indexers.watch import start_background_watcher
-
-        assert shared is not None
 
         def on_pending(name: str, n: int) -> None:
             deps = server.deps
@@ -429,10 +409,10 @@ def serve(settings: Settings, *, http: bool = False, watch: bool = False) -> int
         # One watcher per root: each one indexes its own repository under its own writer lock.
         for name, root in zip(repo_names(settings.roots), settings.roots, strict=True):
             rs = settings.for_root(root) if len(settings.roots) > 1 else settings
-            # the watcher embeds with the server's own query model: one copy in memory
             watchers.append(start_background_watcher(
                 rs, on_pending=functools.partial(on_pending, name),
-                embedder_factory=functools.partial(shared, rs.embed_model, rs.embed_backend)))
+                embedder_factory=functools.partial(
+                    shared.for_manifest, {"model": rs.embed_model, "backend": rs.embed_backend})))
     try:
         if http:
             from rag_mcp.http import run_http
