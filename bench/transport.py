@@ -13,8 +13,8 @@ Round trips are ``ClientSession.send_request(CallToolRequest)``: the wire, the J
 and the server. ``ClientSession.call_tool`` also validates the result against the tool's output
 schema with ``jsonschema`` (rebuilding the validator each call); that client-side cost is shown
 in its own rows, over fewer calls. "server ms" is the time the server's tool wrapper logged for
-the same calls (dispatch to a worker thread, the tool, rendering, the JSONL log line). Writes
-the "transport" section of docs/BENCHMARKS.md.
+the same calls (the tool, on the event loop for these memo hits and health checks, rendering,
+the JSONL log line). Writes the "transport" section of docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations

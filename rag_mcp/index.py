@@ -283,6 +283,13 @@ class IndexHandle:
                      fresh.counts["spans"])
             return fresh
 
+    def current(self) -> OpenIndex | None:
+        """The open generation if it is still the published one (one ``stat``), else None:
+        never opens anything, so it is safe on an event loop."""
+        cur = self._open
+        return cur if cur is not None and gen.pointer_stamp(self.base) == cur.pointer.stamp \
+            else None
+
     def peek(self) -> OpenIndex | None:
         """The open generation without checking for a newer one (health, stats)."""
         return self._open

@@ -168,26 +168,57 @@ class QueryService:
         filters = Filters.build(p.kind, p.path, p.language)
         chosen = [self.sources[n] for n in select(list(self.sources), p.repo)]
         live, unavailable = self._open(chosen)
-        gens = {src.name: gen for src, gen in live}
-        key = (tuple(gens.items()), tuple(unavailable), p.query, p.k, p.tau, filters,
-               p.include_text, p.rerank, p.fusion)
-        with self._lock:
-            if self._cache is not None and any(self._generations.get(n) not in (None, g)
-                                               for n, g in gens.items()):
-                self._cache.clear()  # a new generation invalidates every memo at once
-            self._generations.update(gens)
-            cached = self._cache.get(key) if self._cache is not None else None
-            if cached is not None:
-                self.cache_hits += 1
+        key = self._key(p, filters, live, unavailable)
+        cached = self._lookup(key, live)
         if cached is not None:
-            return replace(cached, took_ms=(time.perf_counter() - t0) * 1000, cache_hit=True,
-                           stale_files=self._fresh([s for s, _ in live]))
+            return self._hit(cached, live, t0)
         self.cache_misses += 1
         answer = self._answer(p, filters, [s for s, _ in live], unavailable)
         if self._cache is not None and not answer.unavailable:
             with self._lock:
                 self._cache[key] = answer
         return replace(answer, took_ms=(time.perf_counter() - t0) * 1000,
+                       stale_files=self._fresh([s for s, _ in live]))
+
+    def cached(self, params: QueryParams) -> QueryAnswer | None:
+        """The memoised answer when there is one for the open generations, else None; never
+        opens an index, reads a file or runs the model, so the server can answer a repeated
+        question on its event loop. Invalid parameters raise as in ``query``."""
+        if self._cache is None:
+            return None
+        t0 = time.perf_counter()
+        p = self.validate(params)
+        filters = Filters.build(p.kind, p.path, p.language)
+        live: list[tuple[Source, int]] = []
+        for name in select(list(self.sources), p.repo):
+            idx = self.sources[name].retriever.handle.current()
+            if idx is None:  # not open yet, failing, or a newer generation to open
+                return None
+            live.append((self.sources[name], idx.generation))
+        cached = self._lookup(self._key(p, filters, live, {}), live)
+        return None if cached is None else self._hit(cached, live, t0)
+
+    @staticmethod
+    def _key(p: QueryParams, filters: Filters, live: list[tuple[Source, int]],
+             unavailable: dict[str, str]) -> tuple[Any, ...]:
+        return (tuple((src.name, gen) for src, gen in live), tuple(unavailable), p.query, p.k,
+                p.tau, filters, p.include_text, p.rerank, p.fusion)
+
+    def _lookup(self, key: tuple[Any, ...], live: list[tuple[Source, int]]
+                ) -> QueryAnswer | None:
+        with self._lock:
+            if self._cache is not None and any(self._generations.get(src.name) not in (None, g)
+                                               for src, g in live):
+                self._cache.clear()  # a new generation invalidates every memo at once
+            self._generations.update((src.name, g) for src, g in live)
+            cached = self._cache.get(key) if self._cache is not None else None
+            if cached is not None:
+                self.cache_hits += 1
+        return cached
+
+    def _hit(self, cached: QueryAnswer, live: list[tuple[Source, int]], t0: float
+             ) -> QueryAnswer:
+        return replace(cached, took_ms=(time.perf_counter() - t0) * 1000, cache_hit=True,
                        stale_files=self._fresh([s for s, _ in live]))
 
     @staticmethod

@@ -69,8 +69,18 @@ class RagHealthResult(BaseModel):
                                           "first usable index (model, tau)")
 
 
-def _index_facts(repo: Repo) -> tuple[dict[str, Any], RagError | None]:
+#: how old a freshness count health reports as current
+FRESH_SECONDS = 2.0
+
+
+class _WouldWait(Exception):
+    """The quick path needs something that would block: answer from a worker thread."""
+
+
+def _index_facts(repo: Repo, *, wait: bool = True) -> tuple[dict[str, Any], RagError | None]:
     """What one repository's index says about itself, or why it cannot be opened."""
+    if not wait and repo.handle.current() is None:
+        raise _WouldWait
     try:
         idx = repo.handle.get()
     except RagError as exc:
@@ -86,17 +96,24 @@ def _index_facts(repo: Repo) -> tuple[dict[str, Any], RagError | None]:
             "default_tau": calibration_for(str(m.get("model", ""))).tau}, None
 
 
-def repo_health(repo: Repo) -> tuple[RepoHealth, dict[str, Any]]:
-    """One repository's status, and the facts of its index (empty when there is none)."""
+def repo_health(repo: Repo, *, wait: bool = True) -> tuple[RepoHealth, dict[str, Any]]:
+    """One repository's status, and the facts of its index (empty when there is none).
+    ``wait=False`` raises ``_WouldWait`` rather than open an index or walk the tree."""
     from rag_mcp.index import index_command
 
     cmd = index_command(repo.settings)
-    facts, err = _index_facts(repo)
+    facts, err = _index_facts(repo, wait=wait)
     if err is not None:
         return RepoHealth(name=repo.name, root=repo.settings.root, status="unavailable",
                           message=err.message, error_code=err.code, index_present=False,
                           index_command=cmd), facts
-    stale = repo.freshness.now() if repo.freshness is not None else None
+    stale: int | None = None
+    if repo.freshness is not None:
+        known, stale = repo.freshness.recent(FRESH_SECONDS)
+        if not known:
+            if not wait:
+                raise _WouldWait
+            stale = repo.freshness.now(FRESH_SECONDS)
     status: Literal["ok", "degraded"] = "degraded" if stale else "ok"
     message = (f"{stale} file(s) changed since the last index run; run `{cmd}`" if stale
                else "ready")
@@ -108,8 +125,23 @@ def repo_health(repo: Repo) -> tuple[RepoHealth, dict[str, Any]]:
 
 
 def rag_health(deps: Deps) -> RagHealthResult:
+    return _health(deps, wait=True)
+
+
+def quick(deps: Deps) -> RagHealthResult | None:
+    """The same answer when nothing has to be opened, walked or probed (an open index, a
+    freshness count under two seconds old, no local LLM to ping), else None."""
+    if deps.llm is not None:
+        return None
+    try:
+        return _health(deps, wait=False)
+    except _WouldWait:
+        return None
+
+
+def _health(deps: Deps, *, wait: bool) -> RagHealthResult:
     s = deps.settings
-    reports = [repo_health(r) for r in deps.repos.values()]
+    reports = [repo_health(r, wait=wait) for r in deps.repos.values()]
     repos = [h for h, _ in reports]
     usable = [(h, f) for h, f in reports if h.index_present]
     several = len(repos) > 1
@@ -181,5 +213,5 @@ def log_fields(params: dict[str, Any], r: RagHealthResult | None) -> dict[str, A
 
 
 SPEC = ToolSpec(name="rag_health", title="Index health", fn=rag_health,
-                result=RagHealthResult, render=render, log_fields=log_fields)
+                result=RagHealthResult, render=render, log_fields=log_fields, quick=quick)
 rag_health.__doc__ = DESCRIPTION

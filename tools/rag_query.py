@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -87,16 +87,33 @@ def rag_query(
         description="Only this repository, or these, when the server serves several (names in "
                     "rag_health); omit to search all of them")] = None,
 ) -> RagQueryResult:
-    ans = deps.queries.query(QueryParams(
-        query=query, k=k, tau=tau, kind=kind, path=path, language=language,
-        include_text=include_text, rerank=rerank,
-        repo=tuple(repo) if isinstance(repo, list) else repo))
+    ans = deps.queries.query(_params(query, k, tau, kind, path, language, include_text,
+                                     rerank, repo))
     return to_result(ans, several=deps.multi)
+
+
+def _params(query: str, k: int = 5, tau: float | None = None, kind: str = "any",
+            path: str | None = None, language: str | None = None, include_text: bool = False,
+            rerank: bool | None = None, repo: str | list[str] | None = None) -> QueryParams:
+    return QueryParams(query=query, k=k, tau=tau, kind=kind, path=path, language=language,
+                       include_text=include_text, rerank=rerank,
+                       repo=tuple(repo) if isinstance(repo, list) else repo)
+
+
+def quick(deps: Deps, **params: Any) -> RagQueryResult | None:
+    """A memoised answer for the open index generations, or None (``QueryService.cached``)."""
+    ans = deps.queries.cached(_params(**params))
+    return None if ans is None else to_result(ans, several=deps.multi)
+
+
+#: QueryHit's fields, all plain values: copied one level (``asdict`` deep-copies each value and
+#: was most of a memo hit's time in the server)
+_HIT_FIELDS = tuple(f.name for f in fields(QueryHit))
 
 
 def to_hit(h: QueryHit) -> SpanHit:
     # Previews, texts and labels (a heading is repository text) come redacted from the core.
-    return SpanHit(**asdict(h))
+    return SpanHit(**{name: getattr(h, name) for name in _HIT_FIELDS})
 
 
 def to_result(ans: QueryAnswer, *, several: bool = False) -> RagQueryResult:
@@ -163,5 +180,5 @@ def log_fields(params: dict[str, Any], r: RagQueryResult | None) -> dict[str, An
 
 
 SPEC = ToolSpec(name="rag_query", title="Search code and docs", fn=rag_query,
-                result=RagQueryResult, render=render, log_fields=log_fields)
+                result=RagQueryResult, render=render, log_fields=log_fields, quick=quick)
 rag_query.__doc__ = DESCRIPTION
