@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         repos = [ROOT, fetch_sdist("flask==3.1.0")]
     rows = []
     splits = []
+    load0 = os.getloadavg()[0]
     for root in repos:
         ensure_indexed(root)
         r = anyio.run(measure, root, args.calls)
@@ -159,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
                   "schema (`jsonschema.validate` re-checks the schema on every call). "
                   "Targets: rag_query uncached P50 ≤ 25 ms and P95 ≤ 60 ms, cached P50 ≤ 2 ms, "
                   "rag_get_span P50 ≤ 3 ms.\n\n"
-                  + table + "\n\nServer-side split of rag_query (P50, ms):\n\n" + split)
+                  + table + "\n\nServer-side split of rag_query (P50, ms):\n\n" + split
+                  + f"\n\nLoad average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at "
+                  f"the end, on {os.cpu_count()} cores shared with other work: absolute times "
+                  "are inflated by load; bench/transport.py times the transport alone.")
     return 0
 
 
