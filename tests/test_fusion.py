@@ -1,5 +1,6 @@
-"""The fused score: BM25's upper bound, the convex combination and its calibration, the fusion
-modes of the retriever, and the user's tau over the calibrated default."""
+"""The fused score: BM25's upper bound, the convex combination and its calibration, the weight
+of long queries, the fusion modes of the retriever, and the user's tau over the calibrated
+default."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ import pytest
 from rag_mcp.config import load_settings
 from rag_mcp.deps import Deps, build_deps
 from rag_mcp.errors import InvalidArgument
-from rag_mcp.fusion import CALIBRATIONS, FALLBACK, calibration_for, fuse, logistic, rrf
+from rag_mcp.fusion import (
+    CALIBRATIONS,
+    FALLBACK,
+    calibration_for,
+    fuse,
+    logistic,
+    query_alpha,
+    rrf,
+)
 from rag_mcp.lexical import LexicalIndex, tokenize
 
 HASH_MODEL = "test-hash-64"
@@ -53,6 +62,30 @@ def test_convex_fusion_is_calibrated_and_monotone() -> None:
     assert [s for _, s in by_raw] == sorted(s for _, s in by_raw)  # same order, raw or score
     assert all(0.0 < s < 1.0 for _, s in grid)
     assert logistic(-800.0) == 0.0 and logistic(800.0) == 1.0  # no overflow
+
+
+def test_long_queries_weight_the_lexical_leg_more() -> None:
+    cal = CALIBRATIONS["all-MiniLM-L6-v2"]
+    t = int(cal.terms)
+    assert query_alpha(cal, 1) == query_alpha(cal, t) == cal.alpha
+    alphas = [query_alpha(cal, n) for n in (t, t + 1, 2 * t, 10 * t)]
+    assert alphas == sorted(alphas, reverse=True) and alphas[-1] == pytest.approx(cal.alpha / 10)
+    # a paraphrase that shares no words against a span that shares many of the query's words
+    para, words = (0.8, 0.02), (0.5, 0.3)
+    short = [fuse(c, lx, cal, n_terms=5, best_cos=0.8)[0] for c, lx in (para, words)]
+    long = [fuse(c, lx, cal, n_terms=10 * t, best_cos=0.8)[0] for c, lx in (para, words)]
+    assert short[0] > short[1] and long[1] > long[0]
+    # within a query the order is the query's weight's; the best cosine only shifts the scale
+    a_q = alphas[-1]
+    for c, lx in (para, words):
+        raw, score = fuse(c, lx, cal, 10 * t, 0.8)
+        assert raw == pytest.approx(a_q * c + (1 - a_q) * lx + (cal.alpha - a_q) * 0.8)
+        assert score == pytest.approx(logistic(cal.a * raw + cal.b))
+    assert fuse(0.5, 0.3, cal, 5, 0.8) == fuse(0.5, 0.3, cal, 5, 0.1)  # short: no shift at all
+    # the best hit of a long query is scored at least as a fixed alpha would score it, so the
+    # calibrated threshold does not drop every hit of a long query
+    best_long = fuse(0.8, 0.08, cal, 10 * t, 0.8)[1]
+    assert best_long >= fuse(0.8, 0.08, cal)[1] > cal.tau
 
 
 def test_rrf_counts_each_leg() -> None:
@@ -103,6 +136,43 @@ def test_fusion_modes_order_by_their_own_evidence(retriever_for: Callable[..., D
     assert all(by_id[h.span.id] == h.score for h in rrf_hits)
     with pytest.raises(InvalidArgument, match="fusion must be one of"):
         r.retrieve(q, Filters(), fusion="magic")
+
+
+def test_retriever_weights_long_queries_by_their_length(
+        retriever_for: Callable[..., Deps]) -> None:
+    from rag_mcp.retrieve import Filters
+
+    r = retriever_for().retriever
+    short = "retry with backoff"
+    long = ("when the remote server answers with an error status the client should retry the "
+            "call with exponential backoff sleeping between tries then parse the span id split "
+            "into path and line range and compute a checksum hex digest of the payload bytes")
+    assert len(set(tokenize(short))) < FALLBACK.terms < len(set(tokenize(long)))
+    for q in (short, long):
+        res = r.retrieve(q, Filters())
+        a_q = query_alpha(res.calibration, len(set(tokenize(q))))
+        assert (a_q == res.calibration.alpha) == (q == short)
+        best = max(h.cos for h in res.hits)
+        for h in res.hits:
+            want = a_q * h.cos + (1 - a_q) * h.lex + (res.calibration.alpha - a_q) * best
+            assert h.raw == pytest.approx(want)
+        assert [h.raw for h in res.hits] == sorted((h.raw for h in res.hits), reverse=True)
+
+
+def test_dense_candidates_get_their_bm25_from_a_deeper_lexical_list(
+        retriever_for: Callable[..., Deps]) -> None:
+    from rag_mcp.retrieve import Filters
+
+    deps = retriever_for()
+    r = deps.retriever
+    r.POOL = 1  # one candidate a leg: the lexical list is read 4 deep for their BM25
+    q = "fetch user from api client"  # the hash model's top span is BM25's 4th
+    hits = r.retrieve(q, Filters()).hits
+    deep = dict(deps.handle.get().lexical.search(tokenize(q), r.POOL * r.LEX_LOOKUP))
+    assert len(hits) == 2 and len(deep) > 2
+    assert all(h.bm25 == deep.get(h.row.sid, 0.0) for h in hits)
+    # the dense candidate is not the lexical leg's pick, yet it carries its own BM25
+    assert any(h.lex_rank is None and h.bm25 > 0 and h.lex > 0 for h in hits)
 
 
 def test_query_tau_setting_overrides_the_calibrated_default(
