@@ -382,7 +382,12 @@ async def pipe_stdio(stdin_fd: int, stdout_fd: int) -> AsyncIterator[tuple[Any, 
             async for message in from_session:
                 data = message.message.model_dump_json(by_alias=True, exclude_none=True)
                 writer.write(data.encode("utf-8") + b"\n")
-                await writer.drain()
+                try:
+                    await writer.drain()
+                except ConnectionError:  # the client closed our stdout: the session is over
+                    log.info("the client closed stdout; stopping")
+                    tg.cancel_scope.cancel()
+                    return
 
     try:
         async with anyio.create_task_group() as tg:

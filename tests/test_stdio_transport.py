@@ -130,3 +130,31 @@ def test_only_pipes_sockets_and_terminals_use_the_pipe_transport(tmp_path: Path)
     with tempfile.TemporaryFile(dir=tmp_path) as fh:  # `rag-mcp serve < requests.jsonl`
         assert not server_module._pipe_like(fh.fileno())
     assert not server_module._pipe_like(10_000)  # not open at all
+
+
+async def test_a_client_that_closes_stdout_ends_the_session_quietly(indexed: Settings) -> None:
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    server = build_server(indexed, lambda: hash_deps(indexed))
+    low = server._mcp_server
+    lines = Lines(out_r)
+    try:
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                async def serve() -> None:
+                    async with pipe_stdio(in_r, out_w) as (read_stream, write_stream):
+                        await low.run(read_stream, write_stream,
+                                      low.create_initialization_options())
+
+                tg.start_soon(serve)
+                os.write(in_w, request(1, "initialize", INIT))
+                assert (await lines.next())["id"] == 1
+                os.close(out_r)  # the client goes away without closing our stdin
+                out_r = -1
+                os.write(in_w, b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+                         + request(2, "tools/call", {"name": "rag_health", "arguments": {}}))
+        # serve() returned on its own: no exception, stdin still open
+    finally:
+        for fd in (in_r, in_w, out_r, out_w):
+            if fd >= 0:
+                os.close(fd)
