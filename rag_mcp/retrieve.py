@@ -239,7 +239,7 @@ class Retriever:
             c, bm = cos.get(sid, 0.0), deep.get(sid, 0.0)
             lx = min(1.0, bm / bound) if bound > 0 else 0.0
             dr, lr = d_rank.get(sid), l_rank.get(sid)
-            raw, score = fuse(c, lx, cal, n_terms, best_cos)
+            raw, score = fuse(c, lx, cal, n_terms, best_cos, row.span.kind)
             if fusion == "rrf":
                 raw = rrf(dr, lr)
             elif fusion == "dense":

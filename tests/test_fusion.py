@@ -1,11 +1,12 @@
 """The fused score: BM25's upper bound, the convex combination and its calibration, the weight
-of long queries, the fusion modes of the retriever, and the user's tau over the calibrated
-default."""
+of long queries and of prose spans, the fusion modes of the retriever, and the user's tau over
+the calibrated default."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from rag_mcp.errors import InvalidArgument
 from rag_mcp.fusion import (
     CALIBRATIONS,
     FALLBACK,
+    PROSE_KINDS,
+    Calibration,
     calibration_for,
     fuse,
     logistic,
@@ -54,7 +57,7 @@ def test_convex_fusion_is_calibrated_and_monotone() -> None:
     cal = calibration_for("sentence-transformers/all-MiniLM-L6-v2")
     assert cal is CALIBRATIONS["all-MiniLM-L6-v2"] and 0 < cal.alpha < 1
     assert calibration_for("some-other-model") is FALLBACK and FALLBACK.tau == 0.0
-    raw, score = fuse(0.5, 0.4, cal)
+    raw, score = fuse(0.5, 0.4, cal)  # a code span
     assert raw == pytest.approx(cal.alpha * 0.5 + (1 - cal.alpha) * 0.4)
     assert score == pytest.approx(1 / (1 + math.exp(-(cal.a * raw + cal.b))))
     grid = [fuse(c / 10, lx / 10, cal) for c in range(11) for lx in range(11)]
@@ -86,6 +89,31 @@ def test_long_queries_weight_the_lexical_leg_more() -> None:
     # calibrated threshold does not drop every hit of a long query
     best_long = fuse(0.8, 0.08, cal, 10 * t, 0.8)[1]
     assert best_long >= fuse(0.8, 0.08, cal)[1] > cal.tau
+
+
+def test_prose_spans_weight_the_lexical_leg_more_than_code_spans() -> None:
+    for cal in (CALIBRATIONS["all-MiniLM-L6-v2"], FALLBACK):
+        assert cal.alpha_prose is not None and cal.alpha_prose < cal.alpha
+        assert {cal.alpha_for(k) for k in PROSE_KINDS} == {cal.alpha_prose}
+        assert cal.alpha_for("code") == cal.alpha
+        # the same evidence: a paraphrase (high cosine, few shared words) and a span that
+        # shares the question's words (lower cosine, high BM25)
+        para, words = (0.7, 0.1), (0.4, 0.6)
+        code = [fuse(c, lx, cal, kind="code")[0] for c, lx in (para, words)]
+        doc = [fuse(c, lx, cal, kind="doc")[0] for c, lx in (para, words)]
+        assert doc[1] - doc[0] > code[1] - code[0]  # words count for more in prose
+        assert doc[1] > code[1] and doc[0] < code[0]
+        assert fuse(0.5, 0.5, cal, kind="doc") == pytest.approx(fuse(0.5, 0.5, cal, kind="code"))
+        # the length rule and its constant apply to each kind's own weight
+        n = 10 * int(cal.terms)
+        assert query_alpha(cal, n, "text") == pytest.approx(cal.alpha_prose / 10)
+        a_q = query_alpha(cal, n, "doc")
+        raw = fuse(0.3, 0.2, cal, n, 0.8, kind="doc")[0]
+        assert raw == pytest.approx(a_q * 0.3 + (1 - a_q) * 0.2 + (cal.alpha_prose - a_q) * 0.8)
+    # without a prose weight every kind gets alpha, as before the split
+    one = Calibration(alpha=0.6, a=1.0, b=0.0, tau=0.0, source="test", terms=12)
+    assert {one.alpha_for(k) for k in ("code", "doc", "text")} == {0.6}
+    assert fuse(0.7, 0.1, one, 20, 0.9, kind="doc") == fuse(0.7, 0.1, one, 20, 0.9, kind="code")
 
 
 def test_rrf_counts_each_leg() -> None:
@@ -150,13 +178,38 @@ def test_retriever_weights_long_queries_by_their_length(
     assert len(set(tokenize(short))) < FALLBACK.terms < len(set(tokenize(long)))
     for q in (short, long):
         res = r.retrieve(q, Filters())
-        a_q = query_alpha(res.calibration, len(set(tokenize(q))))
-        assert (a_q == res.calibration.alpha) == (q == short)
+        cal, n = res.calibration, len(set(tokenize(q)))
         best = max(h.cos for h in res.hits)
         for h in res.hits:
-            want = a_q * h.cos + (1 - a_q) * h.lex + (res.calibration.alpha - a_q) * best
+            alpha, a_q = cal.alpha_for(h.span.kind), query_alpha(cal, n, h.span.kind)
+            assert (a_q == alpha) == (q == short)
+            want = a_q * h.cos + (1 - a_q) * h.lex + (alpha - a_q) * best
             assert h.raw == pytest.approx(want)
         assert [h.raw for h in res.hits] == sorted((h.raw for h in res.hits), reverse=True)
+
+
+def test_retriever_weights_each_candidate_by_its_span_kind(
+        retriever_for: Callable[..., Deps]) -> None:
+    from rag_mcp.retrieve import Filters
+
+    r = retriever_for().retriever
+    q = "install the demo and start the service"
+    split = r.retrieve(q, Filters())
+    cal = split.calibration
+    assert cal.alpha_prose is not None and cal.alpha_prose != cal.alpha
+    assert {h.span.kind for h in split.hits} >= {"code", "doc", "text"}
+    r.calibration = lambda idx: replace(cal, alpha_prose=None)  # type: ignore[method-assign]
+    one = {h.span.id: h for h in r.retrieve(q, Filters()).hits}
+    assert one.keys() == {h.span.id for h in split.hits}
+    for h in split.hits:
+        same = one[h.span.id]
+        assert (h.cos, h.lex) == (same.cos, same.lex)
+        if h.span.kind == "code":
+            assert h.raw == same.raw
+        else:  # doc and text spans: the lexical leg weighs (1 - alpha_prose) instead
+            assert h.raw == pytest.approx(cal.alpha_prose * h.cos + (1 - cal.alpha_prose) * h.lex)
+            assert (h.raw > same.raw) == (h.lex > h.cos)
+    assert [h.raw for h in split.hits] == sorted((h.raw for h in split.hits), reverse=True)
 
 
 def test_dense_candidates_get_their_bm25_from_a_deeper_lexical_list(
