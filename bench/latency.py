@@ -1,12 +1,14 @@
 """Tool latency through the real stdio transport, client and server in separate processes.
 
-    python -m bench.latency [--calls 200] [--repo PATH ...]
+    python -m bench.latency [--calls 200] [--rounds 5] [--repo PATH ...] [--baseline REV]
 
 For each repository (default: this one and the Flask 3.1.0 sdist, ~33k lines; both are indexed
 first with the default model): rag_query uncached (distinct queries), cached (repeats), rag_get_span
 and rag_health, P50 and P95 over --calls calls each, with the server-side split that rag_query
-reports (embedding, dense, lexical, fusion, formatting). Writes the "latency" section of
-docs/BENCHMARKS.md.
+reports (embedding, dense, lexical, fusion, formatting). One server per repository, all open at
+once; each kind of call runs in --rounds blocks alternating between them. ``--baseline REV``
+adds the servers of an older commit to the same rounds (bench/transport.py's way) and a table
+of the speed-up. Writes the "latency" section of docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import random
 import subprocess
 import sys
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from bench._report import ROOT, WORK, md_table, pct, write_section
+from bench.transport import baseline_tree, server_command
 
 TEMPLATES = ("where is {} defined", "{}", "how does {} work", "what calls {}",
              "{} implementation")
@@ -54,7 +58,12 @@ def queries_for(root: Path, n: int, seed: int = 7) -> list[str]:
     return out
 
 
-async def measure(root: Path, calls: int) -> dict[str, Any]:
+async def measure(roots: list[Path], calls: int, rounds: int, baseline: Path | None = None
+                  ) -> dict[str, dict[str, Any]]:
+    """Every repository's server open at once (and the ``baseline`` tree's server for each, as
+    ``<name>@base``); each kind of call runs in ``rounds`` blocks that alternate between the
+    servers, so a burst of load from other work on this machine lands on all of them alike
+    rather than on one row."""
     from mcp import ClientSession, StdioServerParameters, types
     from mcp.client.stdio import stdio_client
 
@@ -67,51 +76,75 @@ async def measure(root: Path, calls: int) -> dict[str, Any]:
                 params=types.CallToolRequestParams(name=name, arguments=arguments))),
             types.CallToolResult)
 
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "rag_mcp", "serve", "--root", str(root)],
-        env={**os.environ, "RAG_LOG_DIR": str(WORK / "latency-logs"),
-             "RAG_CACHE_SIZE": "100000"})
-    qs = queries_for(root, calls)
-    res: dict[str, Any] = {"uncached": [], "cached": [], "get_span": [], "health": [],
-                           "split": {k: [] for k in ("embed_ms", "dense_ms", "lexical_ms",
-                                                     "fusion_ms", "format_ms")},
-                           "server_uncached": [], "server_cached": [], "sdk_cached": []}
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        await session.call_tool("rag_query", {"query": "warm up the model"})
-        ids: list[str] = []
-        for q in qs:
-            t0 = time.perf_counter()
-            r = await call(session, "rag_query", {"query": q})
-            res["uncached"].append((time.perf_counter() - t0) * 1000)
-            sc = r.structuredContent or {}
-            assert not r.isError and not sc.get("cache_hit"), r
-            res["server_uncached"].append(sc["took_ms"])
-            for k, v in sc.get("timings", {}).items():
-                if k in res["split"]:
-                    res["split"][k].append(v)
-            ids += [h["id"] for h in sc["hits"][:1]]
-        for i in range(calls):
-            t0 = time.perf_counter()
-            r = await call(session, "rag_query", {"query": qs[i % 20]})
-            res["cached"].append((time.perf_counter() - t0) * 1000)
-            assert (r.structuredContent or {}).get("cache_hit"), r
-            res["server_cached"].append((r.structuredContent or {})["took_ms"])
-        for i in range(calls):
-            t0 = time.perf_counter()
-            r = await call(session, "rag_get_span", {"span_id": ids[i % len(ids)]})
-            res["get_span"].append((time.perf_counter() - t0) * 1000)
-            # a file edited since indexing answers E_STALE: still a measured round trip
-            assert not r.isError or "E_STALE" in str(r.content), r
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            await call(session, "rag_health", {})
-            res["health"].append((time.perf_counter() - t0) * 1000)
-        for i in range(min(calls, 50)):
-            t0 = time.perf_counter()
-            await session.call_tool("rag_query", {"query": qs[i % 20]})
-            res["sdk_cached"].append((time.perf_counter() - t0) * 1000)
-    return res
+    out: dict[str, dict[str, Any]] = {}
+    sessions: dict[str, ClientSession] = {}
+    qs: dict[str, list[str]] = {}
+    ids: dict[str, list[str]] = {}
+    async with AsyncExitStack() as stack:
+        servers = [(root.name, root, None) for root in roots]
+        if baseline is not None:
+            servers += [(f"{root.name}@base", root, baseline) for root in roots]
+        for name, root, tree in servers:
+            command = server_command(tree)
+            params = StdioServerParameters(
+                command=command[0], args=[*command[1:], "serve", "--root", str(root)],
+                env={**os.environ, "RAG_LOG_DIR": str(WORK / "latency-logs"),
+                     "RAG_CACHE_SIZE": "100000"})
+            read, write = await stack.enter_async_context(stdio_client(params))
+            session = await stack.enter_async_context(ClientSession(read, write))
+            await session.initialize()
+            await session.call_tool("rag_query", {"query": "warm up the model"})
+            sessions[name] = session
+            qs[name] = queries_for(root, calls)
+            ids[name] = []
+            out[name] = {
+                "uncached": [], "cached": [], "get_span": [], "health": [],
+                "split": {k: [] for k in ("embed_ms", "dense_ms", "lexical_ms", "fusion_ms",
+                                          "format_ms")},
+                "server_uncached": [], "server_cached": [], "sdk_cached": []}
+        per = max(1, calls // rounds)
+        blocks = [range(i * per, calls if i == rounds - 1 else (i + 1) * per)
+                  for i in range(rounds)]
+        for block in blocks:
+            for name, session in sessions.items():
+                res = out[name]
+                for q in (qs[name][i] for i in block):
+                    t0 = time.perf_counter()
+                    r = await call(session, "rag_query", {"query": q})
+                    res["uncached"].append((time.perf_counter() - t0) * 1000)
+                    sc = r.structuredContent or {}
+                    assert not r.isError and not sc.get("cache_hit"), r
+                    res["server_uncached"].append(sc["took_ms"])
+                    for k, v in sc.get("timings", {}).items():
+                        if k in res["split"]:
+                            res["split"][k].append(v)
+                    ids[name] += [h["id"] for h in sc["hits"][:1]]
+        for block in blocks:
+            for name, session in sessions.items():
+                res = out[name]
+                for i in block:
+                    t0 = time.perf_counter()
+                    r = await call(session, "rag_query", {"query": qs[name][i % 20]})
+                    res["cached"].append((time.perf_counter() - t0) * 1000)
+                    assert (r.structuredContent or {}).get("cache_hit"), r
+                    res["server_cached"].append((r.structuredContent or {})["took_ms"])
+                for i in block:
+                    t0 = time.perf_counter()
+                    r = await call(session, "rag_get_span",
+                                   {"span_id": ids[name][i % len(ids[name])]})
+                    res["get_span"].append((time.perf_counter() - t0) * 1000)
+                    # a file edited since indexing answers E_STALE: still a measured round trip
+                    assert not r.isError or "E_STALE" in str(r.content), r
+                for _ in block:
+                    t0 = time.perf_counter()
+                    await call(session, "rag_health", {})
+                    res["health"].append((time.perf_counter() - t0) * 1000)
+        for name, session in sessions.items():
+            for i in range(min(calls, 50)):
+                t0 = time.perf_counter()
+                await session.call_tool("rag_query", {"query": qs[name][i % 20]})
+                out[name]["sdk_cached"].append((time.perf_counter() - t0) * 1000)
+    return out
 
 
 def ensure_indexed(root: Path) -> None:
@@ -122,8 +155,12 @@ def ensure_indexed(root: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--calls", type=int, default=200, help="calls of each kind per repository")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="blocks alternating between the repositories")
     ap.add_argument("--repo", action="append", type=Path)
+    ap.add_argument("--baseline", metavar="REV",
+                    help="also time the server of this git revision, side by side")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     repos = args.repo
@@ -133,11 +170,14 @@ def main(argv: list[str] | None = None) -> int:
         repos = [ROOT, fetch_sdist("flask==3.1.0")]
     rows = []
     splits = []
-    load0 = os.getloadavg()[0]
     for root in repos:
         ensure_indexed(root)
-        r = anyio.run(measure, root, args.calls)
-        name = root.name
+    load0 = os.getloadavg()[0]
+    base = baseline_tree(args.baseline) if args.baseline else None
+    measured = anyio.run(measure, repos, args.calls, args.rounds, base)
+    for name, r in measured.items():
+        if name.endswith("@base"):
+            continue
         for label, key in (("rag_query uncached", "uncached"), ("rag_query cached", "cached"),
                            ("rag_get_span", "get_span"), ("rag_health", "health"),
                            ("rag_query cached, via ClientSession.call_tool", "sdk_cached")):
@@ -150,11 +190,32 @@ def main(argv: list[str] | None = None) -> int:
     split = md_table(["repository", "server rag_query uncached P50", "cached P50", "embed",
                       "dense", "lexical", "fusion", "format"], splits)
     print(split)
-    cmd = "python -m bench.latency" + (f" --calls {args.calls}" if args.calls != 200 else "")
+    rev = base.name.removeprefix("baseline-") if base else ""
+    cmd = ("python -m bench.latency" + (f" --calls {args.calls}" if args.calls != 200 else "")
+           + (f" --rounds {args.rounds}" if args.rounds != 5 else "")
+           + (f" --baseline {rev}" if base else ""))
+    side = ""
+    if base:
+        brows = []
+        for root in repos:
+            new, old = measured[root.name], measured[f"{root.name}@base"]
+            for label, key in (("rag_query uncached", "uncached"), ("rag_query cached", "cached"),
+                               ("rag_get_span", "get_span"), ("rag_health", "health")):
+                brows.append([root.name, label, pct(old[key], 50), pct(new[key], 50),
+                              f"{pct(old[key], 50) / pct(new[key], 50):.2f}x"])
+        side = (f"\n\nSide by side with the server of commit `{rev}` (same indexes, queries and "
+                "rounds; its source exported to bench/.work, run on the same installed "
+                "dependencies):\n\n"
+                + md_table(["repository", "call", f"{rev} P50 ms", "now P50 ms", "speed-up"],
+                           brows))
+        print(side)
     write_section("latency", "## Tool latency over stdio\n\n"
                   f"`{cmd}`\n\nA real MCP client session talking to `rag-mcp` in another "
                   f"process over stdio, {args.calls} calls of each kind (distinct queries for "
-                  "the uncached case), measured at the client as the protocol round trip "
+                  "the uncached case), one server per repository, all open at once, each kind "
+                  f"of call in {args.rounds} blocks alternating between the repositories (load "
+                  "from other work hits every row alike), "
+                  "measured at the client as the protocol round trip "
                   "(request written, response read). The last row per repository adds the "
                   "Python SDK client's own check of the structured result against the output "
                   "schema (`jsonschema.validate` re-checks the schema on every call). "
@@ -163,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                   + table + "\n\nServer-side split of rag_query (P50, ms):\n\n" + split
                   + f"\n\nLoad average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at "
                   f"the end, on {os.cpu_count()} cores shared with other work: absolute times "
-                  "are inflated by load; bench/transport.py times the transport alone.")
+                  "are inflated by load; bench/transport.py times the transport alone."
+                  + side)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Transport overhead: the same server over stdio and over streamable HTTP, side by side.
 
-    .venv/bin/python -m bench.transport [--calls 500] [--rounds 5]
+    .venv/bin/python -m bench.transport [--calls 500] [--rounds 5] [--baseline REV]
 
 Indexes this repository once into bench/.work/transport (the deterministic test-hash-64 model:
 the timed rag_query calls are memo-cache hits, so the model never runs in them), starts two
@@ -14,7 +14,10 @@ and the server. ``ClientSession.call_tool`` also validates the result against th
 schema with ``jsonschema`` (rebuilding the validator each call); that client-side cost is shown
 in its own rows, over fewer calls. "server ms" is the time the server's tool wrapper logged for
 the same calls (the tool, on the event loop for these memo hits and health checks, rendering,
-the JSONL log line). Writes the "transport" section of docs/BENCHMARKS.md.
+the JSONL log line). ``--baseline REV`` also starts the two servers of an older commit (its
+source exported with ``git archive``, run on the same installed dependencies) and times them
+in the same rounds: the ratio of the two is what the change bought, whatever the machine's load.
+Writes the "transport" section of docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -66,17 +70,41 @@ def server_args(index_dir: Path) -> list[str]:
     return ["serve", "--root", str(ROOT), "--index-dir", str(index_dir)]
 
 
+def baseline_tree(rev: str) -> Path:
+    """The source of ``rev`` (``git archive``) under bench/.work, exported once."""
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    tree = WORK / f"baseline-{sha}"
+    if not (tree / "rag_mcp").is_dir():
+        tree.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha, "rag_mcp", "tools",
+                                  "indexers", "configs"], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
+def server_command(tree: Path | None) -> list[str]:
+    """``python -m rag_mcp`` of this checkout, or of ``tree`` with the same installed
+    dependencies: ``-S`` skips the .pth file of this checkout's editable install, which would
+    otherwise import rag_mcp from here whatever ``sys.path`` says."""
+    if tree is None:
+        return [sys.executable, "-m", "rag_mcp"]
+    paths = [str(tree), *dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))]
+    return [sys.executable, "-S", "-c", f"import sys; sys.path[:0] = {paths!r}; "
+            "from rag_mcp.__main__ import main; sys.exit(main())"]
+
+
 def ensure_index(index_dir: Path, env: dict[str, str]) -> None:
     subprocess.run([sys.executable, "-m", "indexers.cli", "--root", str(ROOT), "--index-dir",
                     str(index_dir), "--model", HASH, "--quiet"], env=env, check=True,
                    stdout=subprocess.DEVNULL)
 
 
-def start_http(index_dir: Path, env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
+def start_http(index_dir: Path, env: dict[str, str], log: Path, command: list[str]
+               ) -> tuple[subprocess.Popen, str]:
     with log.open("wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "rag_mcp", *server_args(index_dir),
-                                 "--http", "--port", "0"], env=env, stdout=subprocess.DEVNULL,
-                                stderr=fh)
+        proc = subprocess.Popen([*command, *server_args(index_dir), "--http", "--port", "0"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=fh)
     deadline = time.monotonic() + 120
     while not (m := re.search(r"at (http://127\.0\.0\.1:\d+/mcp)", log.read_text())):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -147,33 +175,44 @@ def server_times(log_dir: Path, tool: str, last: int) -> list[float]:
     return [float(r["took_ms"]) for r in rows if r.get("tool") == tool][-last:]
 
 
-async def measure(index_dir: Path, env: dict[str, str], calls: int, rounds: int
-                  ) -> dict[str, dict[str, list[float]]]:
+async def measure(index_dir: Path, env: dict[str, str], calls: int, rounds: int,
+                  baseline: Path | None = None) -> dict[str, dict[str, list[float]]]:
+    """Times keyed by server name (``stdio``, ``http``, and ``stdio@base``, ``http@base`` for a
+    baseline tree), then by tool; ``floor`` under ``stdio`` and ``http``."""
     import httpx
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
 
-    logs = {name: WORK / "transport-logs" / name for name in REFERENCE_MS}
+    trees: dict[str, Path | None] = {"": None} | ({"@base": baseline} if baseline else {})
+    names = [f"{t}{suffix}" for suffix in trees for t in REFERENCE_MS]
+    logs = {name: WORK / "transport-logs" / name for name in names}
     for d in logs.values():
         shutil.rmtree(d, ignore_errors=True)
-    proc, url = start_http(index_dir, {**env, "RAG_LOG_DIR": str(logs["http"])},
-                           WORK / "transport-http.log")
-    times: dict[str, dict[str, list[float]]] = {name: {} for name in REFERENCE_MS}
+    procs = []
+    times: dict[str, dict[str, list[float]]] = {name: {} for name in names}
     per_round = max(1, calls // rounds)
     try:
         async with AsyncExitStack() as stack:
             sessions: dict[str, Any] = {}
-            params = StdioServerParameters(
-                command=sys.executable, args=["-m", "rag_mcp", *server_args(index_dir)],
-                env={**env, "RAG_LOG_DIR": str(logs["stdio"])})
-            read, write = await stack.enter_async_context(stdio_client(params))
-            sessions["stdio"] = await stack.enter_async_context(ClientSession(read, write))
             hc = await stack.enter_async_context(
                 httpx.AsyncClient(timeout=httpx.Timeout(30, read=300)))
-            read, write, _ = await stack.enter_async_context(
-                streamable_http_client(url, http_client=hc))
-            sessions["http"] = await stack.enter_async_context(ClientSession(read, write))
+            for suffix, tree in trees.items():
+                command = server_command(tree)
+                params = StdioServerParameters(
+                    command=command[0], args=[*command[1:], *server_args(index_dir)],
+                    env={**env, "RAG_LOG_DIR": str(logs[f"stdio{suffix}"])})
+                read, write = await stack.enter_async_context(stdio_client(params))
+                sessions[f"stdio{suffix}"] = await stack.enter_async_context(
+                    ClientSession(read, write))
+                http_env = {**env, "RAG_LOG_DIR": str(logs[f"http{suffix}"])}
+                proc, url = start_http(index_dir, http_env, WORK / f"transport-http{suffix}.log",
+                                       command)
+                procs.append(proc)
+                read, write, _ = await stack.enter_async_context(
+                    streamable_http_client(url, http_client=hc))
+                sessions[f"http{suffix}"] = await stack.enter_async_context(
+                    ClientSession(read, write))
             floors = await stack.enter_async_context(Floors())
             await floors.time_pipe(20, [])
             await floors.time_http(hc, 20, [])
@@ -190,22 +229,39 @@ async def measure(index_dir: Path, env: dict[str, str], calls: int, rounds: int
                 await floors.time_pipe(per_round, times["stdio"].setdefault("floor", []))
                 await floors.time_http(hc, per_round, times["http"].setdefault("floor", []))
             for _ in range(rounds):  # the SDK's call_tool, output validation included
-                for name, s in sessions.items():
-                    await timed(s, "rag_health", {}, max(1, per_round // 5), times[name],
-                                validate=True)
+                for name in REFERENCE_MS:
+                    await timed(sessions[name], "rag_health", {}, max(1, per_round // 5),
+                                times[name], validate=True)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
     for name, d in logs.items():
-        n_valid = len(times[name]["rag_health+validate"])
+        n_valid = len(times[name].get("rag_health+validate", []))
         health = server_times(d, "rag_health", per_round * rounds + n_valid)
         times[name]["server:rag_health"] = health[:per_round * rounds]  # rounds came first
         times[name]["server:rag_query"] = server_times(d, "rag_query", per_round * rounds)
     return times
 
 
+def baseline_table(times: dict[str, dict[str, list[float]]], rev: str) -> str:
+    """The same calls against the server of ``rev``, timed in the same rounds."""
+    rows: list[list[object]] = []
+    for tool, label in (("rag_health", "`rag_health`"), ("rag_query", "`rag_query` (cached)")):
+        for name in REFERENCE_MS:
+            old, new = times[f"{name}@base"][tool], times[name][tool]
+            rows.append([label, name, round(pct(old, 50), 2), round(pct(new, 50), 2),
+                         f"{pct(old, 50) / pct(new, 50):.2f}x", round(pct(old, 95), 2),
+                         round(pct(new, 95), 2)])
+    return (f"\n\nSide by side with the server of commit `{rev}` (the same index, client and "
+            "rounds; its source exported to bench/.work and run on the same installed "
+            "dependencies):\n\n"
+            + md_table(["tool", "transport", f"{rev} P50 ms", "now P50 ms", "speed-up",
+                        f"{rev} P95 ms", "now P95 ms"], rows))
+
+
 def report(times: dict[str, dict[str, list[float]]], calls: int, rounds: int,
-           load: tuple[float, float]) -> str:
+           load: tuple[float, float], baseline: str | None = None) -> str:
     rows: list[list[object]] = []
     for tool, label in (("floor", "echo floor (no MCP)"), ("rag_health", "`rag_health`"),
                         ("rag_query", "`rag_query` (cached)"),
@@ -245,8 +301,10 @@ def report(times: dict[str, dict[str, list[float]]], calls: int, rounds: int,
         f"{over['stdio']:.2f} ms over stdio and {over['http']:.2f} ms over HTTP (MCP framing, "
         f"the SDK's session machinery, the tool). {verdict}. Load average during the run: "
         f"{load[0]:.1f} at the start, {load[1]:.1f} at the end, on {os.cpu_count()} cores: "
-        "absolute times on a loaded shared machine are inflated; compare the rows.\n\n"
-        f"Reproduce: `.venv/bin/python -m bench.transport --calls {calls} --rounds {rounds}`\n")
+        "absolute times on a loaded shared machine are inflated; compare the rows."
+        + (baseline_table(times, baseline) if baseline else "")
+        + "\n\nReproduce: `.venv/bin/python -m bench.transport --calls "
+        f"{calls} --rounds {rounds}{f' --baseline {baseline}' if baseline else ''}`\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=500, help="timed calls per tool and transport")
     ap.add_argument("--rounds", type=int, default=5, help="alternating blocks")
     ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="also time the server of this git revision, side by side")
     args = ap.parse_args(argv)
     index_dir = WORK / "transport"
     WORK.mkdir(parents=True, exist_ok=True)
@@ -261,8 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     env.pop("RAG_HTTP_TOKEN", None)  # loopback, as a local client would use it
     ensure_index(index_dir, env)
     load_start = os.getloadavg()[0]
-    times = anyio.run(measure, index_dir, env, args.calls, args.rounds)
-    text = report(times, args.calls, args.rounds, (load_start, os.getloadavg()[0]))
+    base = baseline_tree(args.baseline) if args.baseline else None
+    times = anyio.run(measure, index_dir, env, args.calls, args.rounds, base)
+    text = report(times, args.calls, args.rounds, (load_start, os.getloadavg()[0]),
+                  base.name.removeprefix("baseline-") if base else None)
     sys.stdout.write(text)
     if not args.no_write:
         write_section("transport", text)
