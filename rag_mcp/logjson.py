@@ -61,9 +61,12 @@ class ToolLog:
             line = orjson.dumps({"ts": iso_now(), **record},
                                 option=orjson.OPT_NON_STR_KEYS, default=str) + b"\n"
             with self._lock:
-                self.dir.mkdir(parents=True, exist_ok=True)
                 self._maybe_rotate(len(line))
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                except FileNotFoundError:  # the folder is made on first use, or was removed
+                    self.dir.mkdir(parents=True, exist_ok=True)
+                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                 try:
                     os.write(fd, line)
                 finally:

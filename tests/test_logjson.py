@@ -26,3 +26,15 @@ def test_plain_queries_are_truncated_and_failures_never_raise(tmp_path: Path) ->
     blocked.write_text("not a dir")
     bad = ToolLog(blocked / "logs", max_bytes=10**6, backups=1)
     assert bad.write({"tool": "rag_health"}) is False and bad.failures == 1
+
+
+def test_the_folder_is_made_on_first_use_and_again_if_removed(tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "deep" / "logs"
+    log = ToolLog(folder, max_bytes=10**6, backups=1)
+    assert log.write({"tool": "rag_health"}) and (folder / LOG_NAME).exists()
+    shutil.rmtree(tmp_path / "deep")  # someone cleans up while the server runs
+    assert log.write({"tool": "rag_query"})
+    assert [orjson.loads(x)["tool"] for x in (folder / LOG_NAME).read_bytes().splitlines()] == \
+        ["rag_query"]
