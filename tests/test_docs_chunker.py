@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -365,14 +364,14 @@ def test_page_id_from_nested_data_pages_tree():
     assert chunks[0].meta == (("page_id", "ns:sub:page"),)
 
 
-def test_one_megabyte_markdown_is_fast():
+def test_one_megabyte_markdown_is_cut_into_bounded_spans():
+    # Its speed is measured by bench/index_bench.py (chunking alone), not asserted here.
     section = read("guide.md").split("---\n", 2)[2]
     text = section * (1_000_000 // len(section) + 1)
-    started = time.perf_counter()
     chunks = chunk_doc(text, "markdown")
-    elapsed = time.perf_counter() - started
     assert len(text) >= 1_000_000 and len(chunks) > 1000
-    assert elapsed < 1.0, f"{elapsed:.2f} s"
+    assert all(a.end_line < b.start_line for a, b in zip(chunks, chunks[1:], strict=False))
+    assert chunks[-1].end_line >= len(text.splitlines()) - 1  # nothing lost at the end
 
 
 # --- properties on generated documents ------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -290,10 +290,14 @@ def test_own_sources_have_no_secrets():
     ("1234567890:AA" + "a" * 33 + " ") * 1000,
     "-" * 50_000,
 ])
-def test_adversarial_input_stays_linear(text):
-    t0 = time.perf_counter()
-    redact(text)
-    assert time.perf_counter() - t0 < 3.0  # quadratic behaviour takes minutes here
+def test_adversarial_input_never_hangs(text):
+    # A liveness guard, not a speed target (bench/redaction_fp.py measures speed): each of
+    # these took minutes with the backtracking patterns they were written against.
+    done = threading.Event()
+    out: list[tuple[str, list[Redaction]]] = []
+    threading.Thread(target=lambda: (out.append(redact(text)), done.set()), daemon=True).start()
+    assert done.wait(120), "redaction still running after 2 minutes: catastrophic backtracking"
+    assert len(out[0][0]) > 0
 
 
 # Properties.
