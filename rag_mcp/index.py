@@ -81,11 +81,11 @@ def check_hnsw_graphs(gen_dir: Path) -> None:
             rel = header.relative_to(gen_dir).as_posix()
             raise IndexUnavailable(f"generation {gen_dir.name} is damaged: {rel} is not a graph "
                                    "header")
+        cur = struct.unpack_from("<Q", raw, 20)[0]  # cur_element_count
         blob = np.fromfile(data, dtype="<u4")
         bad: Path | None = data
         if (blob.size * 4) % size == 0:
             # only the elements the header counts: the rest of the file is allocated, not written
-            cur = struct.unpack_from("<Q", raw, 20)[0]
             rows = blob.reshape(-1, size // 4)[:cur]
             total = blob.size * 4 // size
             counts = rows[:, 0] & 0xFFFF
@@ -96,7 +96,6 @@ def check_hnsw_graphs(gen_dir: Path) -> None:
         # there gives wrong answers rather than a crash
         norms = header.with_name("length.bin")
         if bad is None and norms.is_file():
-            cur = struct.unpack_from("<Q", raw, 20)[0]
             n = np.fromfile(norms, dtype="<f4")[:cur]
             if not (np.isfinite(n).all() and (n >= 0).all() and (n < 1e6).all()):
                 bad = norms
@@ -245,15 +244,19 @@ class IndexHandle:
             details={"command": index_command(self.settings)},
         )
 
+    def _open_at(self, stamp: Any) -> OpenIndex | None:
+        """The open generation if ``stamp`` is still its pointer's."""
+        cur = self._open
+        return cur if cur is not None and stamp == cur.pointer.stamp else None
+
     def get(self) -> OpenIndex:
         stamp = gen.pointer_stamp(self.base)
-        cur = self._open
-        if cur is not None and stamp == cur.pointer.stamp:
-            return cur
+        if (ready := self._open_at(stamp)) is not None:
+            return ready
         with self._lock:
+            if (ready := self._open_at(stamp)) is not None:
+                return ready
             cur = self._open
-            if cur is not None and stamp == cur.pointer.stamp:
-                return cur
             if (self._error is not None and stamp == self._error_stamp
                     and time.monotonic() - self._error_at < self.RETRY_SECONDS):
                 raise self._error
@@ -286,9 +289,7 @@ class IndexHandle:
     def current(self) -> OpenIndex | None:
         """The open generation if it is still the published one (one ``stat``), else None:
         never opens anything, so it is safe on an event loop."""
-        cur = self._open
-        return cur if cur is not None and gen.pointer_stamp(self.base) == cur.pointer.stamp \
-            else None
+        return self._open_at(gen.pointer_stamp(self.base))
 
     def peek(self) -> OpenIndex | None:
         """The open generation without checking for a newer one (health, stats)."""

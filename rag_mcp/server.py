@@ -340,7 +340,7 @@ async def pipe_stdio(stdin_fd: int, stdout_fd: int) -> AsyncIterator[tuple[Any, 
 
     loop = asyncio.get_running_loop()
     blocking = {fd: os.get_blocking(fd) for fd in (stdin_fd, stdout_fd)}
-    reader = asyncio.StreamReader(limit=MAX_LINE_BYTES, loop=loop)
+    reader = asyncio.StreamReader(loop=loop)  # read in chunks below: its line limit is unused
     rt, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
                                          os.fdopen(os.dup(stdin_fd), "rb", buffering=0))
     wt, wp = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
@@ -367,7 +367,8 @@ async def pipe_stdio(stdin_fd: int, stdout_fd: int) -> AsyncIterator[tuple[Any, 
             while chunk := await reader.read(1 << 16):
                 pending += chunk
                 while (nl := pending.find(b"\n")) >= 0:
-                    line, pending = bytes(pending[:nl + 1]), pending[nl + 1:]
+                    line = bytes(pending[:nl + 1])
+                    del pending[:nl + 1]
                     if dropping:  # the tail of a line already reported as too long
                         dropping = False
                     elif len(line) > MAX_LINE_BYTES:

@@ -79,10 +79,11 @@ class _WouldWait(Exception):
 
 def _index_facts(repo: Repo, *, wait: bool = True) -> tuple[dict[str, Any], RagError | None]:
     """What one repository's index says about itself, or why it cannot be opened."""
-    if not wait and repo.handle.current() is None:
+    idx = None if wait else repo.handle.current()
+    if not wait and idx is None:
         raise _WouldWait
     try:
-        idx = repo.handle.get()
+        idx = idx or repo.handle.get()
     except RagError as exc:
         return {}, exc
     except Exception:  # health must answer even when something unforeseen broke
