@@ -314,7 +314,7 @@ FRAGMENTS = st.sampled_from([
 ])
 
 
-def _check_output(text: str) -> None:
+def assert_redaction_settles(text: str) -> None:
     found = find_secrets(text)
     assert all(0 <= r.start < r.end <= len(text) for r in found)
     assert all(a.end <= b.start for a, b in zip(found, found[1:], strict=False))
@@ -327,13 +327,13 @@ def _check_output(text: str) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=400))
 def test_random_text_never_crashes_and_leaves_nothing_detectable(text):
-    _check_output(text)
+    assert_redaction_settles(text)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(FRAGMENTS, max_size=40).map("".join))
 def test_secret_shaped_fragments_never_crash_and_settle(text):
-    _check_output(text)
+    assert_redaction_settles(text)
 
 
 @settings(deadline=None)  # a loaded CI machine must not turn a slow example into a failure
