@@ -69,6 +69,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("max_bytes", "query.max_bytes", "RAG_MAX_BYTES", "--max-bytes", "int", 256, 1 << 24),
     Knob("max_query_chars", "query.max_query_chars", "RAG_MAX_QUERY_CHARS", None, "int", 16,
          1 << 20),
+    Knob("join_gap", "query.join_gap", "RAG_JOIN_GAP", None, "int", -1, 1000),
+    Knob("join_max_lines", "query.join_max_lines", "RAG_JOIN_MAX_LINES", None, "int", 1,
+         100_000),
     Knob("rerank", "query.rerank", "RAG_RERANK", "--rerank", "bool"),
     Knob("reranker_model", "query.reranker_model", "RAG_RERANKER_MODEL", None, "str"),
     Knob("rerank_candidates", "query.rerank_candidates", "RAG_RERANK_CANDIDATES", None, "int", 2,
@@ -129,6 +132,8 @@ class Settings:
     max_spans: int
     max_bytes: int
     max_query_chars: int
+    join_gap: int
+    join_max_lines: int
     rerank: bool
     reranker_model: str
     rerank_candidates: int

@@ -17,10 +17,12 @@ from cachetools import TTLCache
 
 from rag_mcp.config import Settings
 from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, Stale
-from rag_mcp.reader import cap_text, read_span
+from rag_mcp.join import Placed, plan_joins
+from rag_mcp.reader import cap_text, join_parts, read_span
 from rag_mcp.redact import redact, redact_label
 from rag_mcp.repos import select
 from rag_mcp.retrieve import Filters, Hit, Retrieval, Retriever
+from rag_mcp.spans import Span, digest
 
 MAX_K = 20
 TOKEN_BYTES = 4  # the shared scorer's token estimate: ~4 characters a token
@@ -59,6 +61,8 @@ class QueryHit:
     stale: bool = False
     truncated: bool = False
     repo: str = ""
+    #: the indexed spans a joined hit covers (None: the hit is one indexed span)
+    parts: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,12 +115,26 @@ class Source:
 
 
 @dataclass(frozen=True, slots=True)
+class _Joined:
+    """Adjacent hits of one file answered as one range (``rag_mcp.join``)."""
+
+    span: Span  # the lead hit's record over the joined range, with that range's digest
+    text: str  # read from the file when every part still matched it
+    parts: tuple[str, ...]  # the indexed spans' IDs, in line order
+
+
+@dataclass(frozen=True, slots=True)
 class _Found:
     """A hit and where it came from (its repository and the generation it was read from)."""
 
     source: Source
     hit: Hit
     retrieval: Retrieval
+    joined: _Joined | None = None
+
+    @property
+    def span(self) -> Span:
+        return self.joined.span if self.joined is not None else self.hit.span
 
 
 class QueryService:
@@ -278,9 +296,12 @@ class QueryService:
             found.sort(key=lambda f: -f.hit.score)
         found = self._rerank(p, found, timings)
         tau = max(taus) if taus else 0.0
-        wanted = found[: p.k]
-        kept = [f for f in wanted if f.hit.score >= (
-            f.retrieval.calibration.tau if p.tau is None else float(p.tau))]
+
+        def tau_of(f: _Found) -> float:
+            return f.retrieval.calibration.tau if p.tau is None else float(p.tau)
+
+        wanted = self._join(found, p.k, tau_of)
+        kept = [f for f in wanted if f.hit.score >= tau_of(f)]
         dropped = len(wanted) - len(kept)
         low = False
         notes: list[str] = []
@@ -310,12 +331,41 @@ class QueryService:
             query=p.query, hits=out, low_confidence=low,
             message="; ".join(notes) if notes else None, tau=tau,
             returned=len(out), dropped_by_tau=dropped, cut_by_budget=cut,
-            tokens_returned=sum(f.hit.span.byte_len for f in kept[: len(out)]) // TOKEN_BYTES,
+            tokens_returned=sum(f.span.byte_len for f in kept[: len(out)]) // TOKEN_BYTES,
             tokens_whole_files=whole // TOKEN_BYTES,
             bytes_out=nbytes, redactions=nred, generation=next(iter(gens.values()), 0),
             timings={k: round(v, 3) for k, v in timings.items()},
             generations=gens, unavailable=dict(unavailable),
         )
+
+    def _join(self, found: list[_Found], k: int, tau_of: Callable[[_Found], float]
+              ) -> list[_Found]:
+        """The first ``k`` answers, adjacent hits of one file joined (``rag_mcp.join``); a hit
+        under tau never joins. When a part no longer matches its file, the parts stay apart."""
+        placed = [Placed((id(f.source), f.hit.span.path), f.hit.span.start_line,
+                         f.hit.span.end_line, f.hit.score >= tau_of(f)) for f in found]
+        out: list[_Found] = []
+        for group in plan_joins(placed, k, gap=self.s.join_gap, max_lines=self.s.join_max_lines):
+            members = [found[i] for i in group]
+            joined = self._joined(members) if len(members) > 1 else None
+            if joined is not None:
+                out.append(replace(members[0], joined=joined))
+            else:
+                out.extend(members)
+        return out[:k]
+
+    def _joined(self, members: list[_Found]) -> _Joined | None:
+        lead = members[0]
+        spans = sorted((f.hit.span for f in members), key=lambda sp: sp.start_line)
+        got = join_parts(lead.source.root, lead.hit.span.path,
+                         [(sp.start_line, sp.end_line, sp.digest) for sp in spans],
+                         max_bytes=self.s.max_file_bytes)
+        if got is None:
+            return None
+        start, end, text = got
+        span = replace(lead.hit.span, start_line=start, end_line=end, digest=digest(text),
+                       byte_len=len(text.encode("utf-8", "surrogatepass")))
+        return _Joined(span, text, tuple(sp.id for sp in spans))
 
     def _rerank(self, p: QueryParams, found: list[_Found], timings: dict[str, float]
                 ) -> list[_Found]:
@@ -349,7 +399,7 @@ class QueryService:
         cut = max(0, len(kept) - limit)
         for i, f in enumerate(kept[:limit]):
             h = f.hit
-            sp = h.span
+            sp = f.span
             preview, n1 = redact(sp.preview)  # redact the stored line whole, then shorten it
             if len(preview) > PREVIEW_CHARS:
                 preview = preview[: PREVIEW_CHARS - 1] + "…"
@@ -357,7 +407,8 @@ class QueryService:
             stale = truncated = False
             n2 = 0
             if p.include_text:
-                raw, stale = self._text(f.source.root, h, f.retrieval.index)
+                raw, stale = ((f.joined.text, False) if f.joined is not None
+                              else self._text(f.source.root, h, f.retrieval.index))
                 text, counts = redact(raw)  # the whole text first, then the cap
                 n2 = sum(counts.values())
                 text, truncated = cap_text(text, max(256, self.s.max_bytes - used - 300))
@@ -372,7 +423,8 @@ class QueryService:
                 kind=sp.kind, language=sp.language, symbol=redact_label(sp.symbol),
                 parent=redact_label(sp.parent), heading=redact_label(sp.heading),
                 score=round(h.score, 4), preview=preview, text=text,
-                stale=stale, truncated=truncated, repo=f.source.name))
+                stale=stale, truncated=truncated, repo=f.source.name,
+                parts=f.joined.parts if f.joined is not None else None))
         return out, cut, used, redactions
 
     def _text(self, root: Path, h: Hit, idx: Any) -> tuple[str, bool]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rag_mcp.errors import InvalidArgument, NotFound, RagError, Stale
-from rag_mcp.spans import digest, make_span_id, split_lines
+from rag_mcp.spans import digest, make_span_id, span_text, split_lines
 
 TRUNCATED = "\n[truncated]"
 
@@ -110,7 +110,7 @@ class SpanText:
 def locate(lines: list[str], start: int, end: int, want: str, first_line: str) -> int | None:
     """Start line of the unchanged span text, searching from its old place outwards."""
     n = end - start + 1
-    if 1 <= start and end <= len(lines) and digest("\n".join(lines[start - 1:end])) == want:
+    if _unchanged(lines, start, end, want):
         return start
     starts = [i + 1 for i, line in enumerate(lines) if line == first_line]
     starts.sort(key=lambda s: abs(s - start))
@@ -120,14 +120,60 @@ def locate(lines: list[str], start: int, end: int, want: str, first_line: str) -
     return None
 
 
+def file_lines(root: Path, rel: str, *, max_bytes: int = MAX_READ_BYTES) -> list[str]:
+    """The file's lines as the indexer numbered them (``open_inside``'s checks apply)."""
+    data = open_inside(root, rel, max_bytes=max_bytes)
+    return split_lines(data.decode("utf-8", errors="replace").lstrip("\ufeff"))
+
+
+def _unchanged(lines: list[str], start: int, end: int, want: str) -> bool:
+    return 1 <= start <= end <= len(lines) and digest("\n".join(lines[start - 1:end])) == want
+
+
+def join_parts(root: Path, rel: str, parts: list[tuple[int, int, str]],
+               *, max_bytes: int = MAX_READ_BYTES) -> tuple[int, int, str] | None:
+    """``(start, end, text)`` of the one line range covering ``parts`` (``(start, end,
+    digest)`` of indexed spans of one file), read from the file now; None when any part no
+    longer matches the file (or the file cannot be read): then nothing is joined."""
+    try:
+        lines = file_lines(root, rel, max_bytes=max_bytes)
+    except RagError:
+        return None
+    if not all(_unchanged(lines, s, e, d) for s, e, d in parts):
+        return None
+    start, end = min(p[0] for p in parts), max(p[1] for p in parts)
+    return start, end, span_text(lines, start, end)
+
+
+def read_joined(root: Path, rel: str, start: int, end: int, want_digest: str,
+                parts: list[tuple[int, int, str]], first_line: str, *, context_lines: int = 0,
+                max_bytes: int = MAX_READ_BYTES) -> SpanText:
+    """``read_span`` for a range that rag_query joined from adjacent spans (``parts``).
+
+    The range's digest was taken from the file when the parts still matched it, so: parts
+    unchanged and digest equal, the text; parts unchanged but another digest, an ID that never
+    named this range (``E_NOT_FOUND``); a part changed, the range found moved or ``E_STALE``."""
+    lines = file_lines(root, rel, max_bytes=max_bytes)
+    if all(_unchanged(lines, s, e, d) for s, e, d in parts):
+        if not _unchanged(lines, start, end, want_digest):
+            raise NotFound(f"no span {make_span_id(rel, start, end, want_digest)} in the index; "
+                           "use an id returned by rag_query")
+        return _span_text(lines, rel, start, end, start, want_digest, context_lines)
+    return _read_lines(lines, rel, start, end, want_digest, first_line, context_lines)
+
+
 def read_span(root: Path, rel: str, start: int, end: int, want_digest: str, first_line: str,
               *, context_lines: int = 0, max_bytes: int = MAX_READ_BYTES) -> SpanText:
     """Current text of a span: exact, moved (``stale``), or ``E_STALE`` when it changed.
 
     The text is whole: callers redact first and cap after, so a secret is never cut in half
     at the budget's edge (a half secret no longer matches its pattern)."""
-    data = open_inside(root, rel, max_bytes=max_bytes)
-    lines = split_lines(data.decode("utf-8", errors="replace").lstrip("\ufeff"))
+    lines = file_lines(root, rel, max_bytes=max_bytes)
+    return _read_lines(lines, rel, start, end, want_digest, first_line, context_lines)
+
+
+def _read_lines(lines: list[str], rel: str, start: int, end: int, want_digest: str,
+                first_line: str, context_lines: int) -> SpanText:
     found = locate(lines, start, end, want_digest, first_line)
     if found is None:
         raise Stale(
@@ -135,6 +181,11 @@ def read_span(root: Path, rel: str, start: int, end: int, want_digest: str, firs
             "re-run rag-index, then query again",
             details={"path": rel},
         )
+    return _span_text(lines, rel, start, end, found, want_digest, context_lines)
+
+
+def _span_text(lines: list[str], rel: str, start: int, end: int, found: int, want_digest: str,
+               context_lines: int) -> SpanText:
     n = end - start + 1
     new_start, new_end = found, found + n - 1
     lo = max(1, new_start - context_lines)

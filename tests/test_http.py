@@ -118,8 +118,8 @@ async def test_sdk_client_calls_every_tool(indexed: Settings, transport: str) ->
         top = q.structuredContent["hits"][0]
         assert top["symbol"] == "parse_span_id"
         g = await s.call_tool("rag_get_span", {"span_id": top["id"]})
-        assert g.structuredContent and g.structuredContent["text"].startswith(
-            "def parse_span_id")
+        assert g.structuredContent and "\ndef parse_span_id(" in (
+            "\n" + g.structuredContent["text"])
         h = await s.call_tool("rag_health", {})
         assert h.structuredContent and h.structuredContent["status"] == "ok"
 

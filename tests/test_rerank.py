@@ -101,7 +101,9 @@ def test_rerank_without_a_model_is_an_invalid_argument(deps_for) -> None:
 @pytest.mark.slow
 def test_a_real_cross_encoder_from_the_bundled_weights(deps_for) -> None:
     scorer = load_cross_encoder("all-MiniLM-L6-v2")
-    deps = deps_for(reranker_model="all-MiniLM-L6-v2", rerank="true", rerank_candidates="4")
+    # spans apart (join_gap -1), so the answer is the reranked order itself
+    deps = deps_for(reranker_model="all-MiniLM-L6-v2", rerank="true", rerank_candidates="4",
+                    join_gap="-1")
     reranker = deps.queries.reranker
     assert isinstance(reranker, CrossEncoderReranker)
     reranker._loader = lambda _m: scorer  # load once for the test, through the real loader

@@ -34,6 +34,9 @@ class SpanHit(BaseModel):
     stale: bool = Field(False, description="The file changed since indexing")
     truncated: bool = Field(False, description="Text cut by the byte budget")
     repo: str = Field(description="The repository the span is in (see rag_health for names)")
+    parts: list[str] | None = Field(
+        None, description="Adjacent spans of one file returned as this one range: their IDs "
+                          "(the hit's own ID reads the whole range)")
 
 
 class RagQueryResult(BaseModel):
@@ -144,6 +147,7 @@ def render(r: RagQueryResult) -> str:
         label = h.symbol or h.heading or ""
         where = f"{h.repo}: " if several else ""
         lines.append(f"{i}. {where}{h.id}  [{h.kind} {h.language}] {label}  score {h.score:.2f}"
+                     + (f"  (joins {len(h.parts)} spans)" if h.parts else "")
                      + ("  (stale)" if h.stale else ""))
         if h.preview:
             lines.append(f"   {h.preview}")

@@ -1,0 +1,70 @@
+"""Adjacent hits of one file are returned as one hit: the line range that covers them.
+
+A function split at statement boundaries, a docs section cut at paragraphs, a method and the
+one after it: when the ranking puts neighbouring spans of a file among the answer, the reader
+wants the contiguous range, once, not two halves in two slots. Joining keeps the order of the
+ranking (a group stands where its best span ranked, with that span's score and label), frees
+the other slots for the next hits, and never grows a range past ``max_lines``.
+
+The answer is the longest prefix of the ranking that fits in k ranges: the scan stops at the
+first hit that would need a (k+1)-th, so every span returned ranks above every span left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a ranked hit lies: a file (``where``: repository and path) and its line range;
+    ``joinable`` is False for a hit that may stand alone but must not join (under tau)."""
+
+    where: Hashable
+    start_line: int
+    end_line: int
+    joinable: bool = True
+
+
+def plan_joins(hits: Sequence[Placed], k: int, *, gap: int, max_lines: int) -> list[list[int]]:
+    """Groups of indexes into ``hits`` (ranked best first), at most ``k`` of them, each group
+    best first, covering the longest prefix of ``hits`` that fits in ``k`` groups.
+
+    A hit joins the first group of its file whose range it touches or overlaps, or is at most
+    ``gap`` lines away from, when the joined range stays within ``max_lines``; a group that
+    grows into reach of another takes it in, led by the better-ranked lead. A negative ``gap``
+    joins nothing."""
+    groups: list[list[int]] = []
+    ranges: list[Placed] = []  # each group's joined range (joinable: its lead may take others)
+    for i, h in enumerate(hits):
+        g = _home(ranges, h, -1, gap, max_lines) if gap >= 0 and h.joinable else None
+        if g is not None:
+            groups[g].append(i)
+            ranges[g] = _union(ranges[g], h)
+            # the range grew: it may now reach a group that ranked after it (or before it)
+            while (other := _home(ranges, ranges[g], g, gap, max_lines)) is not None:
+                first, second = min(g, other), max(g, other)
+                groups[first] += groups.pop(second)
+                ranges[first] = _union(ranges[first], ranges.pop(second))
+                g = first
+            continue
+        if len(groups) == k:
+            break
+        groups.append([i])
+        ranges.append(h)
+    return groups
+
+
+def _union(a: Placed, b: Placed) -> Placed:
+    return Placed(a.where, min(a.start_line, b.start_line), max(a.end_line, b.end_line), True)
+
+
+def _home(ranges: list[Placed], h: Placed, skip: int, gap: int, max_lines: int) -> int | None:
+    """The first group (not ``skip``) that ``h`` may join."""
+    for g, r in enumerate(ranges):
+        if (g != skip and r.joinable and r.where == h.where
+                and h.start_line <= r.end_line + gap + 1 and h.end_line >= r.start_line - gap - 1
+                and max(r.end_line, h.end_line) - min(r.start_line, h.start_line) < max_lines):
+            return g
+    return None

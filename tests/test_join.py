@@ -1,0 +1,163 @@
+"""Adjacent hits of one file answered as one range: the plan, then rag_query and rag_get_span."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from indexers.pipeline import run_index
+from rag_mcp.config import Settings, load_settings
+from rag_mcp.join import Placed, plan_joins
+from rag_mcp.spans import digest, make_span_id, parse_span_id
+from tests.mcp_helpers import error_code, in_process, text
+
+HASH = "test-hash-64"
+
+
+def plan(hits: list[tuple[str, int, int] | tuple[str, int, int, bool]], k: int = 5,
+         gap: int = 3, max_lines: int = 150) -> list[list[int]]:
+    return plan_joins([Placed(*h) for h in hits], k, gap=gap, max_lines=max_lines)
+
+
+def test_neighbours_join_behind_the_best_ranked() -> None:
+    # b.py:21-30 follows a.py:10-20 by line number only: another file never joins
+    assert plan([("a", 10, 20), ("b", 21, 30), ("a", 23, 30)]) == [[0, 2], [1]]
+    assert plan([("a", 10, 20), ("a", 1, 9)]) == [[0, 1]]  # touching, before it
+    assert plan([("a", 10, 20), ("a", 15, 25)]) == [[0, 1]]  # overlapping
+
+
+def test_gap_and_size_limits() -> None:
+    assert plan([("a", 10, 20), ("a", 24, 30)], gap=3) == [[0, 1]]  # lines 21-23 between
+    assert plan([("a", 10, 20), ("a", 25, 30)], gap=3) == [[0], [1]]  # four lines between
+    assert plan([("a", 10, 20), ("a", 21, 30)], gap=-1) == [[0], [1]]  # joining off
+    assert plan([("a", 1, 100), ("a", 101, 150)], max_lines=150) == [[0, 1]]
+    assert plan([("a", 1, 100), ("a", 101, 151)], max_lines=150) == [[0], [1]]
+
+
+def test_a_hit_under_tau_neither_joins_nor_takes_others() -> None:
+    assert plan([("a", 10, 20), ("a", 21, 30, False)]) == [[0], [1]]
+    assert plan([("a", 10, 20, False), ("a", 21, 30)]) == [[0], [1]]
+
+
+def test_k_groups_and_the_scan_stops_at_the_kth() -> None:
+    hits = [("a", 1, 5), ("b", 1, 5), ("a", 6, 9), ("c", 1, 5), ("b", 6, 9), ("d", 1, 5),
+            ("c", 6, 9)]
+    # the neighbour of "a" ranked third joins and frees a slot for "c"; with three groups the
+    # scan goes on while hits join them ("b"'s neighbour) and stops at the first that cannot
+    # ("d"), so "c"'s neighbour, ranked below "d", stays out
+    assert plan(hits, k=3) == [[0, 2], [1, 4], [3]]
+    assert plan(hits, k=1) == [[0]]  # "b" needs a second group: stop
+    assert plan(hits, k=2) == [[0, 2], [1]]
+    assert plan(hits, k=9) == [[0, 2], [1, 4], [3, 6], [5]]  # fewer hits than slots
+
+
+def test_a_growing_range_takes_in_the_group_it_reaches() -> None:
+    # 1-10 and 21-30 are apart; 11-20 bridges them: one group, led by the best-ranked hit
+    assert plan([("a", 21, 30), ("a", 1, 10), ("a", 11, 20)]) == [[0, 2, 1]]
+    assert plan([("a", 1, 10), ("b", 1, 5), ("a", 21, 30), ("a", 11, 20)], k=3) == [
+        [0, 3, 2], [1]]
+    # ... but not past the size limit
+    assert plan([("a", 1, 10), ("a", 21, 30), ("a", 11, 20)], max_lines=25) == [[0, 2], [1]]
+
+
+# -- through the server ------------------------------------------------------------------------
+
+GUIDE = """# Guide
+
+## Alpha
+
+The zebrafish tuning knob sets how often the zebrafish tuning loop runs.
+
+## Beta
+
+Zebrafish tuning also reads the tuning table when the zebrafish loop starts.
+"""
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def guide(make_repo) -> Settings:  # type: ignore[no-untyped-def]
+    root = make_repo({"docs/guide.md": GUIDE,
+                      "docs/other.md": "# Gamma\n\nUnrelated words about deployment.\n",
+                      "src/other.py": "def other():\n    return 1\n"})
+    s = load_settings({"root": str(root), "embed_model": HASH})
+    run_index(s)
+    return s
+
+
+def lines(root: str, a: int, b: int) -> str:
+    return "\n".join((Path(root) / "docs/guide.md").read_text().split("\n")[a - 1:b])
+
+
+async def test_rag_query_joins_adjacent_sections_and_rag_get_span_reads_them(
+        guide: Settings) -> None:
+    async with in_process(guide) as (session, _):
+        r = await session.call_tool("rag_query", {"query": "zebrafish tuning", "k": 3,
+                                                  "tau": 0.0, "include_text": True})
+        sc = r.structuredContent
+        assert sc is not None and not r.isError
+        top = sc["hits"][0]
+        assert (top["path"], top["start_line"], top["end_line"]) == ("docs/guide.md", 1, 9)
+        assert len(top["parts"]) == 2 and "(joins 2 spans)" in text(r)
+        assert [parse_span_id(p).start_line for p in top["parts"]] == [1, 7]
+        assert top["text"] == lines(guide.root, 1, 9)
+        assert top["id"] == make_span_id("docs/guide.md", 1, 9, digest(lines(guide.root, 1, 9)))
+        assert all(h["parts"] is None for h in sc["hits"][1:])
+        assert sc["tokens_returned"] >= len(top["text"].encode()) // 4  # the joined range
+
+        g = await session.call_tool("rag_get_span", {"span_id": top["id"], "context_lines": 1})
+        gs = g.structuredContent
+        assert gs is not None and not g.isError
+        assert (gs["start_line"], gs["end_line"], gs["stale"]) == (1, 9, False)
+        assert gs["text"] == lines(guide.root, 1, 9)  # context stops at both ends of the file
+
+        forged = make_span_id("docs/guide.md", 3, 9, "0" * 12)
+        bad = await session.call_tool("rag_get_span", {"span_id": forged})
+        assert bad.isError and error_code(bad) == "E_NOT_FOUND"
+        # a range no indexed spans fill is not a span either
+        bad = await session.call_tool(
+            "rag_get_span", {"span_id": make_span_id("docs/guide.md", 4, 9, "0" * 12)})
+        assert bad.isError and error_code(bad) == "E_NOT_FOUND"
+
+        guide_md = Path(guide.root) / "docs/guide.md"
+        guide_md.write_text("<!-- moved down two lines -->\n\n" + GUIDE)
+        moved = await session.call_tool("rag_get_span", {"span_id": top["id"]})
+        ms = moved.structuredContent
+        assert ms is not None and not moved.isError
+        assert (ms["start_line"], ms["stale"]) == (3, True)
+        assert ms["text"] == lines(guide.root, 3, 11) and ms["id"] != top["id"]
+        again = await session.call_tool("rag_get_span", {"span_id": ms["id"]})  # the new ID
+        ag = again.structuredContent
+        assert ag is not None and not again.isError
+        assert (ag["id"], ag["start_line"], ag["text"]) == (ms["id"], 3, ms["text"])
+        guide_md.write_text(GUIDE.replace("also reads", "now writes"))
+        changed = await session.call_tool("rag_get_span", {"span_id": top["id"]})
+        assert changed.isError and error_code(changed) == "E_STALE"
+
+
+async def test_join_gap_minus_one_returns_the_spans_apart(guide: Settings) -> None:
+    s = load_settings({"root": guide.root, "embed_model": HASH, "join_gap": "-1"})
+    async with in_process(s) as (session, _):
+        r = await session.call_tool("rag_query", {"query": "zebrafish tuning", "k": 3,
+                                                  "tau": 0.0})
+        sc = r.structuredContent
+        assert sc is not None
+        got = sorted((h["start_line"], h["end_line"]) for h in sc["hits"][:2])
+        assert got == [(1, 5), (7, 9)] and all(h["parts"] is None for h in sc["hits"])
+
+
+async def test_a_part_changed_on_disk_keeps_the_hits_apart(guide: Settings) -> None:
+    (Path(guide.root) / "docs/guide.md").write_text(GUIDE.replace("also reads", "now writes"))
+    async with in_process(guide) as (session, _):
+        r = await session.call_tool("rag_query", {"query": "zebrafish tuning", "k": 3,
+                                                  "tau": 0.0})
+        sc = r.structuredContent
+        assert sc is not None and not r.isError
+        assert all(h["parts"] is None for h in sc["hits"])
+        assert {(h["start_line"], h["end_line"]) for h in sc["hits"][:2]} == {(1, 5), (7, 9)}
