@@ -243,12 +243,11 @@ scored on that subset, and the plot's bar for that baseline is its subset score.
 Why the misses (docs/RETRIEVAL.md, "Results against the targets", has the evidence): the docs
 queries are section headings that the kit blanks in the corpus, so a section loses its title
 from its text, name and embedding, and larger units (40-line windows, whole files) keep more of
-the neighbouring words; SWE-bench queries are whole issues that rarely name the function the
-fix edited: the fusion hands long queries to BM25 (the query-length rule of rag_mcp/fusion.py),
-but BM25 over 40-line windows still finds more than BM25 over spans does; the docstring
-set is two-thirds lodash, whose many near-identical small wrappers a description cannot tell
-apart (hit@10 0.78-0.79 on requests and click). The defaults were not tuned per set
-(bench/calibrate.py chooses one setting for all four sets).
+the neighbouring words; joining adjacent hits (rag_mcp/join.py) recovers part of that, whole
+files keep more. The docstring set is two-thirds lodash, whose many near-identical small
+wrappers a description cannot tell apart (hit@10 on requests and click is above lodash's).
+The defaults were not tuned per set (bench/calibrate.py chooses one setting for all four sets;
+the join limits were set before measuring, docs/RETRIEVAL.md).
 """
     if backends:
         body += f"""

@@ -79,8 +79,10 @@ def eval_queries(qs: list[dict[str, Any]]) -> list[EvalQuery]:
 
 def service_run(ev: EvalSet, backend: str, system: str, *, fusion: str | None = None,
                 rerank: bool | None = None, limit: int | None = None, pool: int | None = None,
-                cache: bool = True, passes: int = 1, **extra: object) -> Run:
-    """Our retrieval through rag-eval's path; ``passes`` > 1 asks everything again (cache)."""
+                cache: bool = True, passes: int = 1, k: int = 10, tau: float | None = 0.0,
+                **extra: object) -> Run:
+    """Our retrieval through rag-eval's path; ``passes`` > 1 asks everything again (cache).
+    ``k`` and ``tau`` are rag_query's (None: the calibrated tau); ``extra`` are settings."""
     run = Run(ev.name, system, {})
     t0 = time.perf_counter()
     queries = ev.queries[:limit] if limit else ev.queries
@@ -88,13 +90,13 @@ def service_run(ev: EvalSet, backend: str, system: str, *, fusion: str | None = 
         over: dict[str, object] = dict(extra)
         if not cache:
             over["cache_size"] = 0
-        deps = build_deps(eval_settings(settings_for(ev, sub, backend, **over), 10))
+        deps = build_deps(eval_settings(settings_for(ev, sub, backend, **over), k))
         if pool is not None:
             deps.retriever.POOL = pool
         try:
             qs = eval_queries([q for q in queries if q.get("corpus", "") == sub])
             for _ in range(passes):
-                report = run_eval(deps.queries, qs, k=10, tau=0.0, fusion=fusion, rerank=rerank)
+                report = run_eval(deps.queries, qs, k=k, tau=tau, fusion=fusion, rerank=rerank)
             for o in report.outcomes:
                 run.results[o.query.id] = o.results
                 run.scores[o.query.id] = o.scores
