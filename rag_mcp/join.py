@@ -6,8 +6,9 @@ wants the contiguous range, once, not two halves in two slots. Joining keeps the
 ranking (a group stands where its best span ranked, with that span's score and label), frees
 the other slots for the next hits, and never grows a range past ``max_lines``.
 
-The answer is the longest prefix of the ranking that fits in k ranges: the scan stops at the
-first hit that would need a (k+1)-th, so every span returned ranks above every span left out.
+The groups cover the longest prefix of the ranking that fits in k ranges: the scan stops at
+the first hit that would need a (k+1)-th. rag_query plans them for its largest k (20) and
+answers with the first k, so asking for more never changes the first answers.
 """
 
 from __future__ import annotations

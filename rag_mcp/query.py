@@ -341,11 +341,15 @@ class QueryService:
     def _join(self, found: list[_Found], k: int, tau_of: Callable[[_Found], float]
               ) -> list[_Found]:
         """The first ``k`` answers, adjacent hits of one file joined (``rag_mcp.join``); a hit
-        under tau never joins. When a part no longer matches its file, the parts stay apart."""
+        under tau never joins. When a part no longer matches its file, the parts stay apart.
+
+        The groups are planned for the most rag_query ever returns (``MAX_K``) whatever ``k``
+        asks, so a smaller k is always the beginning of a larger one's answer."""
         placed = [Placed((id(f.source), f.hit.span.path), f.hit.span.start_line,
                          f.hit.span.end_line, f.hit.score >= tau_of(f)) for f in found]
+        groups = plan_joins(placed, MAX_K, gap=self.s.join_gap, max_lines=self.s.join_max_lines)
         out: list[_Found] = []
-        for group in plan_joins(placed, k, gap=self.s.join_gap, max_lines=self.s.join_max_lines):
+        for group in groups[:k]:
             members = [found[i] for i in group]
             joined = self._joined(members) if len(members) > 1 else None
             if joined is not None:

@@ -141,6 +141,30 @@ async def test_rag_query_joins_adjacent_sections_and_rag_get_span_reads_them(
         assert changed.isError and error_code(changed) == "E_STALE"
 
 
+async def test_a_smaller_k_is_the_beginning_of_a_larger_one(make_repo) -> None:  # type: ignore[no-untyped-def]
+    # ranked: Alpha, then the other page, then Beta (Alpha's neighbour): with k = 1 the
+    # neighbour still joins, because the groups are planned for the largest k
+    root = make_repo({
+        "docs/guide.md": "# Guide\n\n## Alpha\n\nzebrafish tuning loop, zebrafish tuning "
+                         "loop, the knob.\n\n## Beta\n\nA zebrafish note.\n",
+        "docs/other.md": "# Other\n\nThe zebrafish tuning loop, elsewhere.\n",
+    })
+    s = load_settings({"root": str(root), "embed_model": HASH})
+    run_index(s)
+    async with in_process(s) as (session, _):
+        answers = []
+        for k in (1, 2, 5):
+            r = await session.call_tool("rag_query", {"query": "zebrafish tuning loop",
+                                                      "k": k, "tau": 0.0})
+            assert r.structuredContent is not None
+            answers.append([(h["path"], h["start_line"], h["end_line"], h["parts"])
+                            for h in r.structuredContent["hits"]])
+    assert answers[2][1][0] == "docs/other.md"  # the ranking this test is about
+    path, start, end, parts = answers[0][0]
+    assert (path, start, end, len(parts or ())) == ("docs/guide.md", 1, 9, 2)
+    assert answers[0] == answers[1][:1] and answers[1] == answers[2][:2]
+
+
 async def test_join_gap_minus_one_returns_the_spans_apart(guide: Settings) -> None:
     s = load_settings({"root": guide.root, "embed_model": HASH, "join_gap": "-1"})
     async with in_process(s) as (session, _):
