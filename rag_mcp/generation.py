@@ -234,7 +234,25 @@ def collect_garbage(base: Path, keep: int) -> list[str]:
         if name.startswith("tmp-") and child.is_dir():
             shutil.rmtree(child, ignore_errors=True)
             removed.append(name)
-        elif name.startswith("gen-") and child.is_dir():
+        elif name.startswith(f".{CURRENT}.") and name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                child.unlink()
+    return removed + drop_old_generations(base, keep)
+
+
+def drop_old_generations(base: Path, keep: int) -> list[str]:
+    """Remove the generations older than ``keep - 1`` that nobody reads; tmp folders stay.
+
+    A writer about to publish generation ``keep`` may call it before publishing: CURRENT still
+    names ``keep - 1``, which stays, and a reader still on an older one holds its ``.readers``
+    lock. Call only while holding the writer lock. Returns the names removed.
+    """
+    removed: list[str] = []
+    if not base.is_dir():
+        return removed
+    for child in base.iterdir():
+        name = child.name
+        if name.startswith("gen-") and child.is_dir():
             try:
                 n = int(name[4:])
             except ValueError:
@@ -242,9 +260,6 @@ def collect_garbage(base: Path, keep: int) -> list[str]:
             if n < keep - 1 and not _in_use(child):
                 shutil.rmtree(child, ignore_errors=True)
                 removed.append(name)
-        elif name.startswith(f".{CURRENT}.") and name.endswith(".tmp"):
-            with contextlib.suppress(OSError):
-                child.unlink()
     return removed
 
 
