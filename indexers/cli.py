@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import logging
 import sys
 from collections.abc import Sequence
@@ -169,6 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"{r['id']}  {r['kind']:4} {r['language']:10} {label}")
             return 0
         progress = Progress(quiet=args.quiet or args.json)
+        # At exit the interpreter's last collections walk every object the run left (the model,
+        # numpy, tree-sitter, tantivy): ~0.06 s of a 0.9 s one-file update. Frozen objects are
+        # skipped, and the memory goes back with the process. atexit, not here: main() also runs
+        # inside other processes (tests), which must keep collecting.
+        atexit.unregister(gc.freeze)
+        atexit.register(gc.freeze)
         from indexers.pipeline import run_index
 
         if args.watch:

@@ -4,9 +4,11 @@ Only new or changed files are read and re-chunked (``indexers.changes`` finds th
 or from the paths a file watcher saw change); only spans whose embedded text is new to the index
 (and to the embedding cache) reach the model; spans of deleted files disappear. Chunking runs in a
 thread while the model embeds in the main thread (ONNX Runtime releases the GIL), so both cores
-work. Everything is written into a private ``tmp-`` generation and published atomically
-(rag_mcp.generation), which is what makes ``kill -9`` at any moment safe; a run stopped by Ctrl-C
-or ``cancel`` leaves the published index as it was and keeps the vectors computed so far.
+work. The model is loaded only once a span turns out to need it, in a thread of its own, while
+the writer goes on storing spans and opening the vector store. Everything is written into a
+private ``tmp-`` generation and published atomically (rag_mcp.generation), which is what makes
+``kill -9`` at any moment safe; a run stopped by Ctrl-C or ``cancel`` leaves the published index
+as it was and keeps the vectors computed so far.
 """
 
 from __future__ import annotations
@@ -19,22 +21,26 @@ from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 
 from indexers import changes, chunking, walk
-from indexers.embcache import EmbeddingCache
 from indexers.progress import Progress
 from rag_mcp import generation as gen
 from rag_mcp.catalog import Catalog, FileRecord
 from rag_mcp.config import Settings, git_head, index_base
 from rag_mcp.embed import Embedder, load_embedder, model_identity
 from rag_mcp.errors import IndexUnavailable
-from rag_mcp.index import file_checksums, open_vectors
-from rag_mcp.lexical import LexicalIndex, name_tokens, tokenize
+from rag_mcp.lexical import name_tokens, tokenize
 from rag_mcp.spans import Span, content_hash, digest, embedding_key, embedding_text, span_text
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from indexers.embcache import EmbeddingCache
+    from rag_mcp.lexical import LexicalIndex
+    from rag_mcp.store import VectorStore
 
 EMBED_FLUSH = 512  # texts gathered before embedding: larger pools batch by length better
 EMBED_SLICE = 128  # texts per model call, taken in length order from the pool
@@ -118,24 +124,59 @@ class _Run:
         self.cancel = cancel or threading.Event()
         self.skipped_files: changes.SkippedFiles = {}
         self.base = settings.index_path
-        self.identity = model_identity(settings.embed_model, settings.embed_backend)
+        self.identity = model_identity(settings.embed_model, settings.embed_backend,
+                                       cache_dir=settings.model_cache_path)
         self.vcol = _vector_collection(settings, self.identity)
         self.stats = RunStats(root=settings.root)
         self._factory = embedder_factory
         self._embedder: Embedder | None = None
+        self._loader: threading.Thread | None = None
+        self._loaded: Embedder | BaseException | None = None
+        self.published: int | None = None  # the generation CURRENT names when the run starts
         self.dim = 0
+
+    def start_loading(self) -> None:
+        """Load the model in a thread, from the moment a span is known to need it.
+
+        Building the ONNX Runtime session (~0.25 s) runs mostly without the GIL, so after a
+        one-file edit it overlaps storing the spans and opening the vector store instead of
+        adding to them. A run whose vectors are all in the embedding cache never loads it.
+        """
+        if self._embedder is not None or self._loader is not None:
+            return
+        if self._factory is None:
+            self.p.log(f"loading embedding model {self.s.embed_model} ({self.s.embed_backend})")
+        self._loader = threading.Thread(target=self._load, name="rag-index-model", daemon=True)
+        self._loader.start()
+
+    def _load(self) -> None:
+        try:
+            if self._factory is not None:
+                self._loaded = self._factory()
+            else:
+                self._loaded = load_embedder(
+                    self.s.embed_model, self.s.embed_backend, cache_dir=self.s.model_cache_path,
+                    threads=self.s.embed_threads, batch_size=self.s.embed_batch)
+        except BaseException as exc:  # raised again in the thread that asks for the model
+            self._loaded = exc
+
+    def finish_loading(self) -> None:
+        # A model still being built must not outlive the run: a watcher would keep a stray
+        # thread, and a CLI would tear the interpreter down under ONNX Runtime's feet.
+        if self._loader is not None:
+            self._loader.join()
+            self._loader = None
 
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            if self._factory is not None:
-                self._embedder = self._factory()
-            else:
-                self.p.log(f"loading embedding model {self.s.embed_model} "
-                           f"({self.s.embed_backend})")
-                self._embedder = load_embedder(
-                    self.s.embed_model, self.s.embed_backend, cache_dir=self.s.model_cache_path,
-                    threads=self.s.embed_threads, batch_size=self.s.embed_batch)
-            self.dim = self._embedder.dim
+            self.start_loading()
+            self.finish_loading()
+            got, self._loaded = self._loaded, None
+            if isinstance(got, BaseException):
+                raise got
+            assert got is not None
+            self._embedder = got
+            self.dim = got.dim
         return self._embedder
 
     # -- phase 1: what changed ---------------------------------------------------------------
@@ -224,6 +265,7 @@ class _Run:
         try:
             gen.collect_garbage(self.base, keep=0)  # tmp folders of crashed runs
             pointer, manifest, base_catalog = self.open_base()
+            self.published = pointer.generation if pointer is not None else None
             reuse = pointer is not None and manifest is not None and not self.rebuild
             if self.rebuild and pointer is not None:
                 st.rebuilt = "--rebuild"
@@ -271,6 +313,7 @@ class _Run:
             st.seconds = time.perf_counter() - t_start
             return st
         finally:
+            self.finish_loading()
             if base_catalog is not None:
                 base_catalog.close()
             if tmp is not None:
@@ -287,36 +330,59 @@ class _Run:
 
     def write(self, tmp: Path, n: int, cs: changes.ChangeSet, present: set[str],
               base_manifest: dict[str, Any] | None) -> None:
+        # Imported here, not with the module: numpy, tantivy and the stores are ~0.15 s of
+        # imports that a run finding nothing to update never needs.
+        from indexers.embcache import EmbeddingCache
+        from rag_mcp.index import file_checksums, open_vectors
+        from rag_mcp.lexical import LexicalIndex
+        from rag_mcp.store import VectorStore
+
         s, st = self.s, self.stats
         changed, touched, deleted = cs.changed, cs.touched, cs.deleted
         self.skipped_files = dict(cs.skipped_files)
-        catalog = Catalog(tmp / gen.CATALOG, readonly=False)
-        lexical = LexicalIndex(tmp / gen.LEXICAL, create=True)
-        vectors = open_vectors(s, tmp, self.vcol, create=True)
-        # Shared by every repository indexed under the same index folder: keys carry the model
-        # identity, and the same file in two checkouts (or two commits) is embedded once.
-        cache = EmbeddingCache(index_base(s) / "embcache.sqlite")
+        self.p.start(len(changed))
         stop = threading.Event()
+        # chunking starts first: its first file decides whether the model must load, the
+        # sooner the better (see start_loading)
+        q: queue.Queue = queue.Queue(maxsize=64)
+        th = threading.Thread(target=self.producer, args=(changed, q, stop), daemon=True)
+        th.start()
+        vectors: VectorStore | None = None
+
+        def store() -> VectorStore:
+            # opened once the model is on its way, so the two overlap
+            nonlocal vectors
+            if vectors is None:
+                if base_manifest is not None and not s.chroma_url:
+                    # the copy of the previous generation's collection: see embedded_update
+                    vectors = VectorStore.embedded_update(tmp / gen.CHROMA, self.vcol)
+                else:
+                    vectors = open_vectors(s, tmp, self.vcol, create=True)
+            return vectors
+
+        catalog: Catalog | None = None
+        cache: EmbeddingCache | None = None
         try:
+            catalog = Catalog(tmp / gen.CATALOG, readonly=False)
+            lexical = LexicalIndex(tmp / gen.LEXICAL, create=True)
+            # Shared by every repository indexed under the same index folder: keys carry the
+            # model identity, and the same file in two checkouts (or two commits) is embedded
+            # once.
+            cache = EmbeddingCache(index_base(s) / "embcache.sqlite")
             if base_manifest is not None:
                 self.dim = int(base_manifest.get("dim") or 0)
             for c in touched:
                 catalog.touch_file(c.rel, c.size, c.mtime_ns)
-            dropped: list[str] = []
             for path in [*deleted, *(c.rel for c in changed)]:
                 gone = catalog.remove_file(path)
                 if gone:
                     lexical.delete(sid for sid, _ in gone)
-                    dropped += [k for _, k in gone]
                     st.spans_removed += len(gone)
             st.files_deleted = len(deleted)
             st.files_unchanged = cs.present - len(changed)
 
-            self.p.start(len(changed))
-            q: queue.Queue = queue.Queue(maxsize=64)
-            th = threading.Thread(target=self.producer, args=(changed, q, stop), daemon=True)
-            th.start()
             pending: dict[str, str] = {}  # key -> embedded text, waiting for the model
+            cached: dict[str, np.ndarray] = {}  # vectors of pending keys read from the cache
             waiting = 0  # files stored whose spans are still in ``pending``
             added: set[str] = set()
             while True:
@@ -327,33 +393,49 @@ class _Run:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                self._store_work(item, catalog, lexical, present, added, pending)
+                fresh = self._store_work(item, catalog, lexical, present, added, pending)
+                if fresh and self._embedder is None and self._loader is None \
+                        and not s.chroma_url:
+                    # Until the model is loading, look each new key up at once: the first one
+                    # the cache lacks starts the model (a Chroma server may still hold it,
+                    # which only _flush can ask, so that store waits for _flush)
+                    got = cache.get(fresh)
+                    cached.update(got)
+                    if len(got) < len(fresh):
+                        self.start_loading()
                 waiting += 1
                 if len(pending) >= EMBED_FLUSH:
-                    self._flush(pending, vectors, cache, added)
+                    self._flush(pending, store(), cache, added, cached)
                 if not pending:
                     # a file counts as done once its spans are embedded: the ETA then follows
                     # the model, not the chunker running ahead of it
                     self.p.advance(files=waiting)
                     waiting = 0
             th.join()
-            self._flush(pending, vectors, cache, added)
+            # What does not need the last vectors runs before they are computed, while the
+            # model may still be loading: opening the store, committing the catalog and the
+            # lexical index, deleting generations no one needs any more.
+            vec = store()
+            counts = catalog.counts()
+            catalog.set_meta("chunker_version", chunking.CHUNKER_VERSION)
+            catalog.commit()
+            lexical.commit()
+            if self.published is not None:
+                # what the clean-up after publishing would delete: older than the previous one
+                gen.drop_old_generations(self.base, keep=self.published + 1)
+            self._flush(pending, vec, cache, added, cached)
             self.p.advance(files=waiting)
 
             live = catalog.emb_keys()
             orphans = sorted((present | added) - live)
             if not s.chroma_url:
-                vectors.delete(orphans)
+                vec.delete(orphans)
             elif base_manifest is not None:
                 # A server is shared with readers of the previous generation: delete what the
                 # previous run orphaned, one generation late.
                 prev = set(base_manifest.get("orphans", []))
-                vectors.delete(sorted(prev - live))
-            counts = catalog.counts()
-            catalog.set_meta("chunker_version", chunking.CHUNKER_VERSION)
-            catalog.commit()
-            lexical.commit()
-            n_vec = vectors.count() if not s.chroma_url else len(live)
+                vec.delete(sorted(prev - live))
+            n_vec = vec.count() if not s.chroma_url else len(live)
             if lexical.num_docs() != counts["spans"] or (not s.chroma_url and n_vec != len(live)):
                 raise IndexUnavailable(
                     f"verification failed: {counts['spans']} spans, {lexical.num_docs()} lexical "
@@ -395,55 +477,63 @@ class _Run:
             }
             cache.prune(live)
         finally:
-            stop.set()
+            stop.set()  # the chunking thread gives up its next put
             self.p.finish()
-            cache.close()
-            catalog.close()
-            vectors.close()
+            if cache is not None:
+                cache.close()
+            if catalog is not None:
+                catalog.close()
+            if vectors is not None:
+                vectors.close()
         # Checksums of the closed files, so a reader refuses a damaged generation before any
         # store opens it (Chroma's HNSW loader can crash the process on a bad segment file).
         manifest["checksums"] = file_checksums(tmp)
         (tmp / gen.MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
 
     def _store_work(self, w: _Work, catalog: Catalog, lexical: LexicalIndex, present: set[str],
-                    added: set[str], pending: dict[str, str]) -> None:
+                    added: set[str], pending: dict[str, str]) -> list[str]:
+        """Store one chunked file; returns the keys it added to ``pending``."""
         st = self.stats
         if w.record is None:
             c = w.cand
             self.skipped_files[c.rel] = (c.size, c.mtime_ns, w.skip)
-            return
+            return []
         st.files_changed += 1
         catalog.put_file(w.record)
+        fresh: list[str] = []
         for span, text, emb in w.spans:
             key = embedding_key(self.identity, emb)
             sid = catalog.add_span(span, key, text)
             lexical.add(sid, tokenize(text), name_tokens(span.path, span.symbol or span.heading))
             if key in present or key in added:
                 st.vectors_reused += 1
-            else:
+            elif key not in pending:
                 pending[key] = emb
+                fresh.append(key)
         st.spans_added += len(w.spans)
         self.p.advance(spans=len(w.spans))
+        return fresh
 
     def _flush(self, pending: dict[str, str], vectors: Any, cache: EmbeddingCache,
-               added: set[str]) -> None:
+               added: set[str], looked_up: dict[str, np.ndarray]) -> None:
         if not pending:
             return
+        import numpy as np
+
         keys = list(pending)
-        cached = cache.get(keys)
+        cached = {k: looked_up.pop(k) for k in keys if k in looked_up}
+        cached.update(cache.get([k for k in keys if k not in cached]))
         if self.s.chroma_url:
             on_server = vectors.existing([k for k in keys if k not in cached])
             added.update(on_server)
             self.stats.vectors_reused += len(on_server)
             keys = [k for k in keys if k not in on_server]
         todo = [k for k in keys if k not in cached]
-        if cached:
-            ck = [k for k in keys if k in cached]
-            vectors.add(ck, np.stack([cached[k] for k in ck]))
-            added.update(ck)
-            self.stats.vectors_reused += len(ck)
-            if not self.dim:
-                self.dim = int(next(iter(cached.values())).shape[0])
+        out_keys = [k for k in keys if k in cached]
+        out_vecs = [cached[k] for k in out_keys]
+        self.stats.vectors_reused += len(out_keys)
+        if cached and not self.dim:
+            self.dim = int(next(iter(cached.values())).shape[0])
         # Slices of similar length: each keeps the model's length batching, lands in the cache
         # at once (a stopped run loses at most one slice) and is a point where cancel is seen.
         todo.sort(key=lambda k: len(pending[k]))
@@ -455,10 +545,15 @@ class _Run:
             vecs = self.embedder().embed_documents([pending[k] for k in part])
             self.stats.embed_seconds += time.perf_counter() - t0
             cache.put(part, vecs)
-            vectors.add(part, vecs)
-            added.update(part)
+            out_keys += part
+            out_vecs.extend(vecs)
             self.stats.embedded += len(part)
             self.p.advance(embedded=len(part))
+        # One write per flush: each write to an updated store saves its whole HNSW graph
+        # (VectorStore.embedded_update), and the tmp generation is thrown away on a crash anyway
+        if out_keys:
+            vectors.add(out_keys, np.stack(out_vecs))
+            added.update(out_keys)
         pending.clear()
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import json
 import logging
 import os
@@ -52,7 +51,8 @@ _CHECK_TEXTS = (
 
 
 def export_dir(model: str, spec: ModelSpec, cache_dir: Path) -> Path:
-    key = hashlib.sha256(f"{weights_digest(spec.path)}|{RECIPE}".encode()).hexdigest()[:16]
+    digest = weights_digest(spec.path, cache_dir)
+    key = hashlib.sha256(f"{digest}|{RECIPE}".encode()).hexdigest()[:16]
     return cache_dir / "onnx" / f"{slug(model)}-{key}"
 
 
@@ -161,6 +161,8 @@ def export_fp32(spec: ModelSpec, dest: Path, *, fuse: bool = True) -> dict[str, 
     """Trace the transformer to ONNX, fuse it, check it against torch, then publish it."""
     offline()
     t0 = time.perf_counter()
+    import inspect  # here with torch: loading an already exported model needs neither
+
     import torch
     from transformers import AutoModel
 
