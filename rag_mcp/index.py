@@ -139,8 +139,10 @@ VERIFY_ATTEMPTS = 3
 
 def verify_generation(gen_dir: Path, manifest: dict[str, Any]) -> None:
     """``verify_checksums`` and ``check_hnsw_graphs``, tried a few times 0.25 s apart: another
-    process loading this generation for the first time has Chroma rewrite two HNSW files in
-    place, and a check that reads them mid-write must not call a sound index damaged."""
+    process loading a generation whose Chroma log was not yet saved into its graph has Chroma
+    rewrite two HNSW files in place, and a check that reads them mid-write must not call a
+    sound index damaged. (Generations published since writers persist after every write hold
+    no such log; older ones, and a cold build's, still may.)"""
     for attempt in range(VERIFY_ATTEMPTS):
         try:
             verify_checksums(gen_dir, manifest)
