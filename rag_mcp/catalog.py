@@ -224,6 +224,15 @@ class Catalog:
         rows = self._select("id=?", (span_id,))
         return rows[0] if rows else None
 
+    def with_digest(self, path: str, digest: str) -> list[SpanRow]:
+        return self._select("path=? AND digest=?", (path, digest))
+
+    def within(self, path: str, start_line: int, end_line: int) -> list[SpanRow]:
+        """The spans of ``path`` inside lines ``start_line..end_line``, in line order."""
+        return sorted(self._select("path=? AND start_line>=? AND end_line<=?",
+                                   (path, start_line, end_line)),
+                      key=lambda r: r.span.start_line)
+
     def of_path(self, path: str) -> list[SpanRow]:
         return sorted(self._select("path=?", (path,)), key=lambda r: r.span.start_line)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rag_mcp.catalog import Catalog, SpanRow
 from rag_mcp.config import Settings
-from rag_mcp.errors import InvalidArgument, NotFound, RagError, Stale
+from rag_mcp.errors import InvalidArgument, NotFound, Stale
 from rag_mcp.index import IndexHandle
 from rag_mcp.reader import SpanText, cap_text, check_relpath, read_joined, read_span
 from rag_mcp.redact import redact, redact_label
@@ -51,13 +51,10 @@ def get_span(handle: IndexHandle, settings: Settings, span_id: object,
     root = Path(settings.root)
     if row is None:
         # An ID handed out earlier as the "moved" ID of a stale span: same path and digest.
-        of_path = catalog.of_path(sid.path)
-        moved = [r for r in of_path if r.span.digest == sid.digest]
-        if moved:
-            row = min(moved, key=lambda r: abs(r.span.start_line - sid.start_line))
-        else:
-            return _joined(catalog, root, of_path, sid, span_id, context_lines, settings,
-                           max_bytes)
+        moved = catalog.with_digest(sid.path, sid.digest)
+        if not moved:
+            return _joined(catalog, root, sid, span_id, context_lines, settings, max_bytes)
+        row = min(moved, key=lambda r: abs(r.span.start_line - sid.start_line))
     sp = row.span
     stored = catalog.text(row.sid) or ""
     # The walker never indexes a file over max_file_bytes: one that grew past it has changed.
@@ -71,13 +68,41 @@ def get_span(handle: IndexHandle, settings: Settings, span_id: object,
 MAX_JOIN_CANDIDATES = 8
 
 
-def _joined(catalog: Catalog, root: Path, of_path: list[SpanRow], sid: SpanId, span_id: str,
-            context_lines: int, settings: Settings, max_bytes: int | None) -> SpanResult:
+def _joined(catalog: Catalog, root: Path, sid: SpanId, span_id: str, context_lines: int,
+            settings: Settings, max_bytes: int | None) -> SpanResult:
     """A range rag_query joined from two or more adjacent indexed spans (``rag_mcp.join``).
 
-    The exact range when indexed spans fill it; otherwise (an ID handed out as the "moved" ID
-    of a joined range) the runs of indexed spans with as many lines, nearest first."""
+    The exact range when indexed spans fill it (its answer is final: reading it already looks
+    for the text elsewhere in the file); otherwise, for an ID handed out as the "moved" ID of a
+    joined range, the runs of indexed spans with as many lines, nearest first."""
     n = sid.end_line - sid.start_line + 1
+    inside = catalog.within(sid.path, sid.start_line, sid.end_line)
+    exact = (len(inside) >= 2 and inside[0].span.start_line == sid.start_line
+             and max(r.span.end_line for r in inside) == sid.end_line)
+    runs = [inside] if exact else _runs(catalog.of_path(sid.path), n, sid.start_line)
+    for run in runs[:MAX_JOIN_CANDIDATES]:
+        lead = run[0].span
+        try:
+            text = read_joined(
+                root, sid.path, lead.start_line, lead.start_line + n - 1, sid.digest,
+                [(r.span.start_line, r.span.end_line, r.span.digest) for r in run],
+                (catalog.text(run[0].sid) or "").split("\n", 1)[0],
+                context_lines=context_lines, max_bytes=settings.max_file_bytes)
+        except (NotFound, Stale):
+            if exact:
+                raise
+            continue
+        # labelled by its first part (rag_query labels it by its best-ranked one, which the ID
+        # does not record)
+        sp = replace(lead, start_line=lead.start_line, end_line=lead.start_line + n - 1,
+                     digest=sid.digest)
+        return _result(span_id, sp, text, context_lines, settings, max_bytes)
+    raise NotFound(f"no span {span_id} in the index; use an id returned by rag_query "
+                   "(the index may have been rebuilt since)")
+
+
+def _runs(of_path: list[SpanRow], n: int, near: int) -> list[list[SpanRow]]:
+    """Runs of two or more consecutive spans covering exactly ``n`` lines, nearest first."""
     runs: list[list[SpanRow]] = []
     for i, first in enumerate(of_path):
         end = first.span.end_line
@@ -87,29 +112,8 @@ def _joined(catalog: Catalog, root: Path, of_path: list[SpanRow], sid: SpanId, s
                 break
             if end - first.span.start_line + 1 == n:
                 runs.append(of_path[i:j + 1])
-    runs.sort(key=lambda run: abs(run[0].span.start_line - sid.start_line))
-    failure: RagError | None = None  # why the exact range failed, if one was found
-    for run in runs[:MAX_JOIN_CANDIDATES]:
-        lead = run[0].span
-        try:
-            text = read_joined(
-                root, sid.path, lead.start_line, lead.start_line + n - 1, sid.digest,
-                [(r.span.start_line, r.span.end_line, r.span.digest) for r in run],
-                (catalog.text(run[0].sid) or "").split("\n", 1)[0],
-                context_lines=context_lines, max_bytes=settings.max_file_bytes)
-        except (NotFound, Stale) as exc:
-            if lead.start_line == sid.start_line:
-                failure = exc
-            continue
-        # labelled by its first part (rag_query labels it by its best-ranked one, which the ID
-        # does not record)
-        sp = replace(lead, start_line=lead.start_line, end_line=lead.start_line + n - 1,
-                     digest=sid.digest)
-        return _result(span_id, sp, text, context_lines, settings, max_bytes)
-    if failure is not None:
-        raise failure
-    raise NotFound(f"no span {span_id} in the index; use an id returned by rag_query "
-                   "(the index may have been rebuilt since)")
+    runs.sort(key=lambda run: abs(run[0].span.start_line - near))
+    return runs
 
 
 def _result(span_id: str, sp: Span, result: SpanText, context_lines: int, settings: Settings,
