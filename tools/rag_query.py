@@ -13,8 +13,9 @@ from tools._base import ToolSpec
 
 DESCRIPTION = (
     "Search this repository's code and docs; returns the best few spans (file, lines, symbol, "
-    "score, one-line preview) with IDs. Use it before grep or reading whole files, then call "
-    "rag_get_span on the IDs worth reading (or pass include_text=true to get them at once)."
+    "score, one-line preview) with IDs, neighbouring spans of one file joined into one range. "
+    "Use it before grep or reading whole files, then call rag_get_span on the IDs worth "
+    "reading (or pass include_text=true to get them at once)."
 )
 
 
