@@ -18,21 +18,9 @@ from rag_mcp import generation as gen
 from rag_mcp.catalog import Catalog
 from rag_mcp.config import load_settings
 from rag_mcp.index import OpenIndex
+from tests.repo_helpers import write_repo
 
 HASH = "test-hash-64"
-
-
-def write_repo(root: Path, n_files: int, variant: int) -> None:
-    for i in range(n_files):
-        p = root / f"pkg{i % 7}" / f"mod{i}.py"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        funcs = []
-        for j in range(12):
-            v = variant if j == 0 else 0
-            doc = f"Function {j} of module {i}, variant {v}."
-            funcs.append(f"def func_{i}_{j}(x):\n    {doc!r}\n    return x * {j} + {v}\n")
-        body = "\n\n".join(funcs)
-        p.write_text(body + "\n")
 
 
 def check_consistent(root: Path) -> int:

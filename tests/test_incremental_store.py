@@ -23,6 +23,7 @@ from rag_mcp import generation as gen
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.index import OpenIndex, verify_checksums
 from rag_mcp.store import VectorStore
+from tests.repo_helpers import write_repo
 
 HASH = "test-hash-64"
 
@@ -31,19 +32,6 @@ def settings_at(root: Path, index: Path) -> Settings:
     # a fixed collection name, so a copy of the repository and its index is the same index
     return load_settings({"root": str(root), "embed_model": HASH, "index_dir": str(index),
                           "collection": "big"})
-
-
-def write_repo(root: Path, n_files: int, variant: int = 0) -> None:
-    """``n_files`` modules of 12 functions each; ``variant`` changes the first function."""
-    for i in range(n_files):
-        p = root / f"pkg{i % 7}" / f"mod{i}.py"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        funcs = []
-        for j in range(12):
-            v = variant if j == 0 else 0
-            funcs.append(f"def func_{i}_{j}(x):\n    'Function {j} of module {i}, variant {v}.'\n"
-                         f"    return x * {j} + {v}\n")
-        p.write_text("\n\n".join(funcs) + "\n")
 
 
 def hnsw_files(gen_dir: Path) -> dict[str, str]:
