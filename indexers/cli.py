@@ -38,7 +38,8 @@ _KNOB_FLAGS = {
     "max_file_bytes": "--max-file-bytes", "chunk_chars": "--chunk-chars",
     "window_lines": "--window-lines", "window_overlap": "--window-overlap",
     "embed_model": "--model", "embed_backend": "--embed-backend", "embed_batch": "--embed-batch",
-    "embed_threads": "--embed-threads", "chroma_url": "--chroma-url",
+    "embed_threads": "--embed-threads", "embed_max_tokens": "--embed-max-tokens",
+    "chroma_url": "--chroma-url",
 }
 
 
@@ -76,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--embed-backend", help="onnx | onnx-int8 | torch")
     g.add_argument("--embed-batch", help="texts per model call")
     g.add_argument("--embed-threads", help="CPU threads for the model (0 = all)")
+    g.add_argument("--embed-max-tokens",
+                   help="tokens of each span the model reads (0 = its whole window)")
     g.add_argument("--chroma-url", help="use a Chroma server instead of the embedded store")
     return ap
 
@@ -127,7 +130,9 @@ def render_status(st: dict[str, Any]) -> str:
         f"Index of {st['root']}",
         f"  generation   {st['generation']} · last indexed {st['last_indexed_at']}"
         + (f" · git {str(st['git_head'])[:10]}" if st.get("git_head") else ""),
-        f"  model        {st['model']} ({st['backend']}, {st['dim']} dims) · store {st['store']}",
+        f"  model        {st['model']} ({st['backend']}, {st['dim']} dims"
+        + (f", spans read to {st['embed_max_tokens']} tokens" if st.get("embed_max_tokens") else "")
+        + f") · store {st['store']}",
         f"  files        {st['files']:,} · spans {st['spans']:,}",
         f"  by language  {_top(st['by_language'])}",
         f"  by kind      {_top(st['by_kind'])}",

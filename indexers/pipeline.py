@@ -96,6 +96,10 @@ def _incompatible(manifest: dict[str, Any], settings: Settings, identity: str) -
     if manifest.get("chunker_version") != chunking.CHUNKER_VERSION:
         return "the chunker changed"
     if manifest.get("model_identity") != identity:
+        if (manifest.get("model"), manifest.get("backend")) == (
+                settings.embed_model, settings.embed_backend) and manifest.get(
+                "embed_max_tokens", 0) != settings.embed_max_tokens:
+            return f"embed.max_tokens changed to {settings.embed_max_tokens}"
         return f"the embedding model changed to {settings.embed_model} ({settings.embed_backend})"
     if manifest.get("config_hash") != settings.index_config_hash():
         return "index settings changed"
@@ -125,7 +129,8 @@ class _Run:
         self.skipped_files: changes.SkippedFiles = {}
         self.base = settings.index_path
         self.identity = model_identity(settings.embed_model, settings.embed_backend,
-                                       cache_dir=settings.model_cache_path)
+                                       cache_dir=settings.model_cache_path,
+                                       max_tokens=settings.embed_max_tokens)
         self.vcol = _vector_collection(settings, self.identity)
         self.stats = RunStats(root=settings.root)
         self._factory = embedder_factory
@@ -453,6 +458,7 @@ class _Run:
                 "backend": s.embed_backend,
                 "model_identity": self.identity,
                 "dim": self.dim,
+                "embed_max_tokens": s.embed_max_tokens,
                 "config_hash": s.index_config_hash(),
                 "generation": n,
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -542,7 +548,8 @@ class _Run:
                 raise RunCancelled("the index run was stopped")
             part = todo[i : i + EMBED_SLICE]
             t0 = time.perf_counter()
-            vecs = self.embedder().embed_documents([pending[k] for k in part])
+            vecs = self.embedder().embed_documents([pending[k] for k in part],
+                                                   self.s.embed_max_tokens)
             self.stats.embed_seconds += time.perf_counter() - t0
             cache.put(part, vecs)
             out_keys += part

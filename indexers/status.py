@@ -83,6 +83,7 @@ def index_status(settings: Settings) -> dict[str, Any]:
         "model": manifest.get("model"),
         "backend": manifest.get("backend"),
         "dim": manifest.get("dim"),
+        "embed_max_tokens": manifest.get("embed_max_tokens", 0),
         "chunker_version": manifest.get("chunker_version"),
         "schema_version": manifest.get("schema_version"),
         "store": manifest.get("store"),

@@ -58,6 +58,8 @@ KNOBS: tuple[Knob, ...] = (
          choices=("onnx", "onnx-int8", "torch")),
     Knob("embed_batch", "embed.batch_size", "RAG_EMBED_BATCH", "--embed-batch", "int", 1, 4096),
     Knob("embed_threads", "embed.threads", "RAG_EMBED_THREADS", "--embed-threads", "int", 0, 1024),
+    Knob("embed_max_tokens", "embed.max_tokens", "RAG_EMBED_MAX_TOKENS", "--embed-max-tokens",
+         "int", 0, 100_000),
     Knob("model_cache", "embed.cache_dir", "RAG_MODEL_CACHE", None, "str"),
     Knob("chroma_url", "store.chroma_url", "RAG_CHROMA_URL", "--chroma-url", "str"),
     Knob("chroma_tenant", "store.chroma_tenant", "RAG_CHROMA_TENANT", None, "str"),
@@ -122,6 +124,7 @@ class Settings:
     embed_backend: str
     embed_batch: int
     embed_threads: int
+    embed_max_tokens: int
     model_cache: str
     chroma_url: str
     chroma_tenant: str
@@ -381,6 +384,9 @@ def load_settings(
         raise _bad(KNOBS_BY_ATTR["collection"], values["collection"],
                    "one collection name cannot hold several roots; leave it empty so each root "
                    "gets its own")
+    if 0 < values["embed_max_tokens"] < 16:
+        raise _bad(KNOBS_BY_ATTR["embed_max_tokens"], values["embed_max_tokens"],
+                   "0 (the model's window) or at least 16")
     if values["window_overlap"] >= values["window_lines"]:
         raise _bad(KNOBS_BY_ATTR["window_overlap"], values["window_overlap"],
                    "must be smaller than index.window_lines")

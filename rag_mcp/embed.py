@@ -55,7 +55,9 @@ class Embedder(Protocol):
     dim: int
     max_tokens: int
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
+    def embed_documents(self, texts: Sequence[str], max_tokens: int = 0) -> np.ndarray:
+        """Vectors of span texts, each read up to ``max_tokens`` (0: the model's window)."""
+        ...
 
     def embed_query(self, text: str) -> np.ndarray: ...
 
@@ -205,13 +207,24 @@ def weights_digest(path: Path, cache_dir: Path | None = None) -> str:
     return _remembered_digest(stamp, Path(cache_dir) / DIGEST_MEMO)
 
 
-def model_identity(model: str, backend: str, cache_dir: Path | None = None) -> str:
-    """The manifest's record of what produced the vectors: name, weights digest, precision."""
+def model_identity(model: str, backend: str, cache_dir: Path | None = None,
+                   max_tokens: int = 0) -> str:
+    """The manifest's record of what produced the vectors: name, weights digest, precision and,
+    when ``max_tokens`` cuts span texts shorter than the model's window, that length."""
     if model == HASH_MODEL:
-        return f"{HASH_MODEL}|hash-v1"
+        cut = f"|w{max_tokens}" if 0 < max_tokens < HashEmbedder.max_tokens else ""
+        return f"{HASH_MODEL}|hash-v1{cut}"
     _check_backend(backend)
-    digest = weights_digest(resolve_model(model), cache_dir)
-    return f"{_canonical(model)}|{digest[:16]}|{_FAMILY[backend]}"
+    path = resolve_model(model)
+    digest = weights_digest(path, cache_dir)
+    window = model_spec(path, model).max_tokens
+    cut = f"|w{max_tokens}" if 0 < max_tokens < window else ""
+    return f"{_canonical(model)}|{digest[:16]}|{_FAMILY[backend]}{cut}"
+
+
+def doc_window(window: int, max_tokens: int) -> int:
+    """Tokens of a span text the model reads: ``max_tokens`` within the model's ``window``."""
+    return min(window, max_tokens) if max_tokens > 0 else window
 
 
 def _check_backend(backend: str) -> None:
@@ -328,9 +341,13 @@ class TokenCounter:
     def count(self, texts: Sequence[str]) -> list[int]:
         return [len(e.ids) for e in self.full.encode_batch_fast(self._prep(texts))]
 
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of each text, truncated to the model's window, unpadded."""
-        return [e.ids for e in self.window.encode_batch_fast(self._prep(texts))]
+    def encode(self, texts: Sequence[str], limit: int = 0) -> list[list[int]]:
+        """Token ids of each text, truncated to the model's window (or to ``limit`` tokens when
+        that is shorter, the closing special token kept), unpadded."""
+        out = [e.ids for e in self.window.encode_batch_fast(self._prep(texts))]
+        if 0 < limit:
+            out = [ids if len(ids) <= limit else [*ids[: limit - 1], ids[-1]] for ids in out]
+        return out
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int,
@@ -370,23 +387,23 @@ class HashEmbedder:
     def _tokens(self, text: str) -> list[str]:
         return self._word.findall(text.lower())
 
-    def _one(self, text: str) -> np.ndarray:
+    def _one(self, text: str, max_tokens: int = 0) -> np.ndarray:
         import numpy as np
 
         v = np.zeros(self.dim, dtype=np.float32)
-        for tok in self._tokens(text)[: self.max_tokens - 2]:
+        for tok in self._tokens(text)[: doc_window(self.max_tokens, max_tokens) - 2]:
             h = int.from_bytes(hashlib.blake2b(tok.encode(), digest_size=8).digest(), "little")
             v[h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
         if not v.any():
             v[0] = 1.0  # empty text still gets a unit vector, like a real model
         return normalise(v)
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str], max_tokens: int = 0) -> np.ndarray:
         import numpy as np
 
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([self._one(t) for t in texts])
+        return np.stack([self._one(t, max_tokens) for t in texts])
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._one(text)
@@ -414,25 +431,34 @@ class TorchEmbedder:
         self.max_tokens = int(self._st.max_seq_length or spec.max_tokens)
         self._tok = TokenCounter(spec)
         self._batch = batch_size
+        # the window is a setting of the model object, so a call that reads less holds the lock
+        self._window_lock = threading.Lock()
 
-    def _encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
-        out = self._st.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
-                              convert_to_numpy=True, show_progress_bar=False)
+    def _encode(self, texts: Sequence[str], batch_size: int, window: int) -> np.ndarray:
         import numpy as np
 
+        with self._window_lock:
+            self._st.max_seq_length = window
+            try:
+                out = self._st.encode(list(texts), batch_size=batch_size,
+                                      normalize_embeddings=True, convert_to_numpy=True,
+                                      show_progress_bar=False)
+            finally:
+                self._st.max_seq_length = self.max_tokens
         return np.asarray(out, dtype=np.float32)
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str], max_tokens: int = 0) -> np.ndarray:
         import numpy as np
 
+        window = doc_window(self.max_tokens, max_tokens)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        lengths = [min(n, self.max_tokens) for n in self._tok.count(texts)]
+        lengths = [min(n, window) for n in self._tok.count(texts)]
         for idx in plan_batches(lengths, self._batch):
-            out[idx] = self._encode([texts[i] for i in idx], len(idx))
+            out[idx] = self._encode([texts[i] for i in idx], len(idx), window)
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._encode([text], 1)[0]
+        return self._encode([text], 1, self.max_tokens)[0]
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return self._tok.count(texts)

@@ -334,10 +334,10 @@ class OnnxEmbedder:
         hidden = self._sess.run(None, feed)[0]
         return _pool(hidden, feed["attention_mask"], self._pooling)
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str], max_tokens: int = 0) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        seqs = self._tok.encode(texts)
+        seqs = self._tok.encode(texts, max_tokens)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for idx in plan_batches([len(s) for s in seqs], self._batch):
             out[idx] = self._run([seqs[i] for i in idx])

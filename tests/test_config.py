@@ -33,6 +33,9 @@ def test_invalid_value_names_key_env_and_flag(tmp_path: Path) -> None:
     assert "query.max_spans" in msg and "RAG_MAX_SPANS_PER_ANSWER" in msg and "--max-spans" in msg
     with pytest.raises(ConfigError, match="must be one of onnx, onnx-int8, torch"):
         load_settings({"embed_backend": "gpu"}, cwd=tmp_path)
+    with pytest.raises(ConfigError, match="RAG_EMBED_MAX_TOKENS.*0 .the model's window. or at "
+                                          "least 16"):
+        load_settings(environ={"RAG_EMBED_MAX_TOKENS": "8"}, cwd=tmp_path)
     with pytest.raises(ConfigError, match="true or false"):
         load_settings(environ={"RAG_LOCAL_LLM": "maybe"}, cwd=tmp_path)
     with pytest.raises(ConfigError, match="unknown key query.nope"):

@@ -130,6 +130,28 @@ def test_truncation_at_the_model_window(onnx_fp32):
     assert float(full @ onnx_fp32.embed_documents([long_text, "short"])[0]) > 1 - 1e-5
 
 
+def test_documents_read_to_max_tokens(onnx_fp32, cache_dir):
+    from tokenizers import Tokenizer
+
+    vocab = Tokenizer.from_file(str(embed.resolve_model(MODEL) / "tokenizer.json")).get_vocab()
+    whole = sorted((i, w) for w, i in vocab.items() if w.isascii() and w.isalpha() and len(w) > 3)
+    words = [w for _, w in whole[2000:2300]]  # each one token
+    long_text, short = " ".join(words), "def f(x):\n    return x + 1"
+    cut, whole_window = (onnx_fp32.embed_documents([long_text, short], n) for n in (128, 0))
+    # 126 words and [CLS] ... [SEP] fill 128 tokens: the span reads as its first 126 words
+    assert float(cut[0] @ onnx_fp32.embed_query(" ".join(words[:126]))) > 1 - 1e-5
+    assert float(cut[0] @ whole_window[0]) < 1 - 1e-3
+    assert float(cut[1] @ whole_window[1]) > 1 - 1e-6  # a short span is not touched
+    # above the window the limit changes nothing; torch cuts the same way and the query stays whole
+    assert float(onnx_fp32.embed_documents([long_text], 10_000)[0] @ whole_window[0]) > 1 - 1e-6
+    torch_e = load_embedder(MODEL, "torch", cache_dir=cache_dir)
+    assert float(torch_e.embed_documents([long_text], 128)[0] @ cut[0]) > 1 - 1e-5
+    assert float(torch_e.embed_query(long_text) @ whole_window[0]) > 1 - 1e-5
+    hashed = load_embedder(HASH_MODEL, "onnx", cache_dir=cache_dir)
+    assert not np.array_equal(hashed.embed_documents([long_text], 16),
+                              hashed.embed_documents([long_text]))
+
+
 def test_count_tokens_matches_the_model_tokenizer(onnx_fp32):
     from tokenizers import Tokenizer
 
@@ -200,6 +222,10 @@ def test_model_identity():
     assert fp32 == model_identity(MODEL, "torch")  # same vectors
     assert fp32 == model_identity(f"sentence-transformers/{MODEL}", "onnx")  # alias
     assert model_identity(MODEL, "onnx-int8") != fp32
+    # reading spans to fewer tokens makes other vectors; the window itself or more does not
+    assert model_identity(MODEL, "onnx", max_tokens=128) == fp32 + "|w128"
+    assert model_identity(MODEL, "onnx", max_tokens=256) == fp32
+    assert model_identity(MODEL, "onnx", max_tokens=1000) == fp32
     assert fp32.startswith(MODEL + "|")
     assert model_identity(str(embed.resolve_model(MODEL)), "onnx").split("|")[1:] == \
         fp32.split("|")[1:]  # the same weights by path: the same digest

@@ -142,6 +142,18 @@ def test_model_change_rebuilds_cleanly(sample_repo: Path) -> None:
     cat.close()
 
 
+def test_reading_spans_to_fewer_tokens_embeds_them_again(sample_repo: Path) -> None:
+    s = settings_for(sample_repo)
+    first = run_index(s)
+    s2 = settings_for(sample_repo, embed_max_tokens="16")
+    stats = run_index(s2)
+    assert stats.rebuilt == "embed.max_tokens changed to 16"
+    assert stats.embedded == stats.spans_total == first.spans_total  # new vectors, same spans
+    st = index_status(s2)
+    assert st["embed_max_tokens"] == 16
+    assert run_index(s2).embedded == 0
+
+
 def test_damaged_index_is_rebuilt(sample_repo: Path) -> None:
     s = settings_for(sample_repo)
     first = run_index(s)

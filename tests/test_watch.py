@@ -178,12 +178,12 @@ class CountingEmbedder:
         self.dim = self.inner.dim
         self.cancel, self.stop_after, self.calls, self.texts = cancel, stop_after, 0, 0
 
-    def embed_documents(self, texts: Any) -> Any:
+    def embed_documents(self, texts: Any, max_tokens: int = 0) -> Any:
         self.calls += 1
         self.texts += len(texts)
         if self.calls >= self.stop_after:
             self.cancel.set()
-        return self.inner.embed_documents(texts)
+        return self.inner.embed_documents(texts, max_tokens)
 
 
 def test_a_stopped_run_publishes_nothing_and_resumes(make_repo: Callable[..., Path]) -> None:
