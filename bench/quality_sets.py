@@ -88,18 +88,22 @@ def settings_for(ev: EvalSet, sub: str, backend: str, *, model: str = "all-MiniL
         "collection": collection(ev.name, sub, backend, model), "embed_backend": backend,
         "embed_model": model, "log_dir": str(WORK / "logs"),
     }
+    if backend == "onnx":
+        # fp32 is the reference: the model as sentence-transformers runs it, spans read whole
+        over["embed_max_tokens"] = 0
     over.update(extra)
     return load_settings(over, environ={})
 
 
-def index_all(set_names: list[str], backends: list[str], *, quiet: bool = False
-              ) -> dict[str, list[RunStats]]:
+def index_all(set_names: list[str], backends: list[str], *, quiet: bool = False,
+              **extra: object) -> dict[str, list[RunStats]]:
+    """Index every corpus of the sets; ``extra`` are settings (e.g. another index_dir)."""
     out: dict[str, list[RunStats]] = {}
     for backend in backends:
         for name in set_names:
             ev = load_set(name)
             for sub in ev.corpora:
-                s = settings_for(ev, sub, backend)
+                s = settings_for(ev, sub, backend, **extra)  # type: ignore[arg-type]
                 t0 = time.perf_counter()
                 st = run_index(s)
                 out.setdefault(f"{name}/{backend}", []).append(st)
