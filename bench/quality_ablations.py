@@ -232,7 +232,7 @@ rag_query returns neighbouring spans of one file that rank in the same answer as
 
 By default the model reads each span's embedded text (path, symbol, signature, code or prose)
 up to its whole 256-token window. `embed.max_tokens = {COMPACT}` reads only the first {COMPACT}
-tokens: about 1.5x the spans/s ("Embedding throughput"), while the lexical leg still reads
+tokens: about 1.7x the spans/s ("Embedding throughput"), while the lexical leg still reads
 every word. Same spans and queries; only the vectors differ.
 
 {study_max_tokens(evs, a.backend, hybrid, a.reuse)}
