@@ -217,8 +217,9 @@ def model_identity(model: str, backend: str, cache_dir: Path | None = None,
     _check_backend(backend)
     path = resolve_model(model)
     digest = weights_digest(path, cache_dir)
-    window = model_spec(path, model).max_tokens
-    cut = f"|w{max_tokens}" if 0 < max_tokens < window else ""
+    # the configs are read only when a limit is set: every rag-index run computes the identity
+    below = max_tokens > 0 and max_tokens < model_spec(path, model).max_tokens
+    cut = f"|w{max_tokens}" if below else ""
     return f"{_canonical(model)}|{digest[:16]}|{_FAMILY[backend]}{cut}"
 
 
