@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 
 from bench._report import ROOT, WORK, md_table, median, pct, write_section
-from rag_mcp.config import load_settings
 from rag_mcp.embed import (
     TokenCounter,
     TorchEmbedder,
@@ -164,9 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--threads", type=int, default=0, help="0: all cores")
-    ap.add_argument("--max-tokens", type=int, default=0,
-                    help="tokens of a span the compact rows read (0: embed.max_tokens's default, "
-                         "or 128 when that is the whole window)")
+    ap.add_argument("--max-tokens", type=int, default=128,
+                    help="tokens of a span the rows 'spans read to N tokens' read")
     ap.add_argument("--cache-dir", type=Path, default=WORK / "model-cache")
     ap.add_argument("--quick", action="store_true", help="tiny smoke run; writes nothing")
     ap.add_argument("--no-write", action="store_true", help="print only")
@@ -179,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = model_spec(resolve_model(MODEL), MODEL)
     counts = TokenCounter(spec).count(texts)
     tokens = [min(n, spec.max_tokens) for n in counts]
-    cut = args.max_tokens or load_settings(environ={}).embed_max_tokens or 128
+    cut = args.max_tokens
     cut_tokens = [min(n, cut) for n in counts]
 
     from sentence_transformers import SentenceTransformer

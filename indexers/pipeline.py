@@ -96,9 +96,9 @@ def _incompatible(manifest: dict[str, Any], settings: Settings, identity: str) -
     if manifest.get("chunker_version") != chunking.CHUNKER_VERSION:
         return "the chunker changed"
     if manifest.get("model_identity") != identity:
-        if (manifest.get("model"), manifest.get("backend")) == (
-                settings.embed_model, settings.embed_backend) and manifest.get(
-                "embed_max_tokens", 0) != settings.embed_max_tokens:
+        same_model = (manifest.get("model"), manifest.get("backend")) == (
+            settings.embed_model, settings.embed_backend)
+        if same_model and manifest.get("embed_max_tokens", 0) != settings.embed_max_tokens:
             return f"embed.max_tokens changed to {settings.embed_max_tokens}"
         return f"the embedding model changed to {settings.embed_model} ({settings.embed_backend})"
     if manifest.get("config_hash") != settings.index_config_hash():
