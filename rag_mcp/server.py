@@ -386,8 +386,12 @@ async def pipe_stdio(stdin_fd: int, stdout_fd: int) -> AsyncIterator[tuple[Any, 
         async with from_session:
             async for message in from_session:
                 data = message.message.model_dump_json(by_alias=True, exclude_none=True)
-                writer.write(data.encode("utf-8") + b"\n")
                 try:
+                    # asyncio reports a closed reader when draining; uvloop closes the
+                    # transport at once and refuses the next write
+                    if wt.is_closing():
+                        raise ConnectionResetError
+                    writer.write(data.encode("utf-8") + b"\n")
                     await writer.drain()
                 except ConnectionError:  # the client closed our stdout: the session is over
                     log.info("the client closed stdout; stopping")
@@ -422,6 +426,15 @@ async def serve_stdio(server: RagServer) -> None:
     low = server._mcp_server
     async with transport as (read_stream, write_stream):
         await low.run(read_stream, write_stream, low.create_initialization_options())
+
+
+def loop_options() -> dict[str, Any]:
+    """anyio's backend options for the stdio server: uvloop where it is installed, the choice
+    uvicorn makes for HTTP (``loop="auto"``); asyncio's own loop otherwise (Windows). A stdio
+    round trip costs 6-10 % less on uvloop (docs/DESIGN.md, "The stdio transport")."""
+    import importlib.util
+
+    return {"use_uvloop": True} if importlib.util.find_spec("uvloop") is not None else {}
 
 
 def serve(settings: Settings, *, http: bool = False, watch: bool = False) -> int:
@@ -462,7 +475,7 @@ def serve(settings: Settings, *, http: bool = False, watch: bool = False) -> int
             from rag_mcp.http import run_http
 
             return run_http(server, settings)
-        anyio.run(serve_stdio, server)
+        anyio.run(serve_stdio, server, backend_options=loop_options())
         return 0
     finally:
         for w in watchers:
