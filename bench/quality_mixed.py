@@ -1,0 +1,153 @@
+"""Documentation and code in one index: how the weight per span kind ranks them against each other.
+
+    .venv/bin/python -m bench.quality_mixed [--backend onnx-int8] [--no-write]
+
+Every set of the kit is all prose (docs) or all code (the others), so the fused score of a doc
+span never competes with a code span's there; in a real repository a README section and a
+function meet in one ranking. This bench copies the docs corpus (FastAPI's documentation) and
+the docstring corpus (requests, click, lodash) into one folder (bench/.work/mixed; no path is
+in both, so every gold path holds), indexes it with the default pipeline, and asks each set's
+queries against its own index and against the mixed one, through rag-eval's path (k = 10,
+tau = 0): hybrid (the default), each leg alone, and one variant, the hybrid with a Platt curve
+per span kind (code fitted on the three code sets, prose on docs, from the recorded candidates
+of bench/quality_features.py) so that a doc and a code span of equal calibrated probability
+rank equal. Writes the "quality-mixed" section of docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from bench._report import WORK, md_table, write_section
+from bench.quality_runs import Run, score_run, service_run
+from bench.quality_sets import SHORT, EvalSet, load_set, settings_for
+from indexers.pipeline import run_index
+from rag_mcp import fusion
+
+SETS = ("docs", "docstring")
+CODE_SETS = ("cosqa", "docstring", "swebench_lite")
+MIXED = WORK / "mixed"
+COLS = ("MRR@10", "hit@5", "hit@10", "tok@5")
+
+
+def mixed_corpus() -> EvalSet:
+    """The union of the two corpora under bench/.work/mixed/corpus (copied once)."""
+    corpus = MIXED / "corpus"
+    if not corpus.is_dir():
+        tmp = MIXED / "corpus.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        for name in SETS:
+            src = load_set(name).corpus_dir("")
+            shutil.copytree(src, tmp, dirs_exist_ok=True)
+        tmp.rename(corpus)
+    return EvalSet("mixed", MIXED, [])
+
+
+def from_other_corpus(ev: EvalSet, run: Run, k: int = 5) -> float:
+    """The share of the top-k hits that come from the other set's files."""
+    own = ev.corpus_dir("")
+    hits = [h.path for spans in run.results.values() for h in spans[:k]]
+    return sum(not (own / p).is_file() for p in hits) / max(len(hits), 1)
+
+
+def kind_curves(backend: str) -> dict[str, tuple[float, float]]:
+    """Platt curves fitted per span kind on the recorded candidates, at the default weights."""
+    from bench.calibrate import platt
+    from bench.fusion_search import load
+
+    cal = fusion.calibration_for("all-MiniLM-L6-v2")
+    setting = (cal.alpha, 0.25, cal.terms, cal.alpha_for("doc"))
+    code = platt({s: load(s, backend) for s in CODE_SETS}, setting)
+    prose = platt({"docs": load("docs", backend)}, setting)
+    return {"code": code, "prose": prose}
+
+
+@contextmanager
+def curves_per_kind(curves: dict[str, tuple[float, float]]) -> Iterator[None]:
+    """The retriever fuses as by default, then scores with its span kind's curve and ranks by
+    that score (its logit stands in for ``raw``, which the retriever sorts on)."""
+    import rag_mcp.retrieve as retrieve
+
+    def fuse(cos: float, lex: float, cal: fusion.Calibration, n_terms: int = 0,
+             best_cos: float = 0.0, kind: str = "code") -> tuple[float, float]:
+        raw, _ = fusion.fuse(cos, lex, cal, n_terms, best_cos, kind)
+        a, b = curves["prose" if kind in fusion.PROSE_KINDS else "code"]
+        z = a * raw + b
+        return z, fusion.logistic(z)
+
+    saved = retrieve.fuse
+    retrieve.fuse = fuse  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        retrieve.fuse = saved  # type: ignore[assignment]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", default="onnx-int8")
+    ap.add_argument("--no-write", action="store_true")
+    a = ap.parse_args(argv)
+    tag = SHORT[a.backend]
+    coll = f"mixed-{tag}"
+    mix = mixed_corpus()
+    t0 = time.perf_counter()
+    stats = run_index(settings_for(mix, "", a.backend, collection=coll))
+    print(f"mixed index: {stats.spans_total:,} spans ({time.perf_counter() - t0:.0f} s)",
+          flush=True)
+    curves = kind_curves(a.backend)
+    rows: list[list[object]] = []
+    for name in SETS:
+        ev = load_set(name)
+        where: dict[str, tuple[EvalSet, dict[str, Any]]] = {
+            "alone": (ev, {}), "mixed": (EvalSet(name, MIXED, ev.queries), {"collection": coll})}
+        for system, fuse_as, per_kind in (("hybrid (default)", None, False),
+                                          ("dense", "dense", False),
+                                          ("lexical", "lexical", False),
+                                          ("hybrid, a curve per kind", None, True)):
+            scores, other = {}, 0.0
+            for label, (e, extra) in where.items():
+                run_name = f"mixed study {label} {system}"
+                if per_kind:
+                    with curves_per_kind(curves):
+                        run = service_run(e, a.backend, run_name, **extra)
+                else:
+                    run = service_run(e, a.backend, run_name, fusion=fuse_as, **extra)
+                scores[label] = score_run(e, run)
+                if label == "mixed":
+                    other = from_other_corpus(ev, run)
+            alone, mixed = scores["alone"], scores["mixed"]
+            rows.append([f"{name} (n={len(ev.queries)})", system,
+                         *(f"{alone[c]:.3f} → {mixed[c]:.3f}" if c != "tok@5"
+                           else f"{alone[c]:,.0f} → {mixed[c]:,.0f}" for c in COLS),
+                         f"{mixed['MRR@10'] - alone['MRR@10']:+.3f}", f"{other:.0%}"])
+            print(rows[-1], flush=True)
+    (cc, pc) = curves["code"], curves["prose"]
+    body = f"""## Documentation and code in one index ({a.backend})
+
+`python -m bench.quality_mixed --backend {a.backend}`
+
+The docs corpus (FastAPI's documentation) and the docstring corpus (requests, click, lodash) in
+one index of {stats.spans_total:,} spans; each set's queries asked of its own index, then of the
+mixed one (rag-eval's path, k = 10, tau = 0). Cells read "own index → mixed index". The variant
+scores each span with a Platt curve fitted on its kind alone (code: the three code sets,
+a = {cc[0]:.3f}, b = {cc[1]:.3f}; prose: docs, a = {pc[0]:.3f}, b = {pc[1]:.3f}; the default is one
+curve for both) and ranks by that probability.
+
+"Other corpus" is the share of the mixed index's top 5 that comes from the other set's files
+(code for a docs question, documentation for a docstring question).
+
+{md_table(["set", "system", *COLS, "MRR@10 change", "top 5 from the other corpus"], rows)}"""
+    print(body)
+    if not a.no_write:
+        write_section("quality-mixed", body)
+
+
+if __name__ == "__main__":
+    main()
