@@ -14,7 +14,10 @@ and the server. ``ClientSession.call_tool`` also validates the result against th
 schema with ``jsonschema`` (rebuilding the validator each call); that client-side cost is shown
 in its own rows, over fewer calls. "server ms" is the time the server's tool wrapper logged for
 the same calls (the tool, on the event loop for these memo hits and health checks, rendering,
-the JSONL log line). ``--baseline REV`` also starts the two servers of an older commit (its
+the JSONL log line). Then the official TypeScript SDK client (bench/transport_client.mjs, what
+Node-based assistants embed; installed by `make test` with the MCP Inspector, skipped with a
+note when missing) makes the same calls through ``Client.callTool`` to servers of its own, over
+both transports, in as many alternating blocks. ``--baseline REV`` also starts the two servers of an older commit (its
 source exported with ``git archive``, run on the same installed dependencies) and times them
 in the same rounds: the ratio of the two is what the change bought, whatever the machine's load.
 Writes the "transport" section of docs/BENCHMARKS.md.
@@ -45,6 +48,12 @@ QUERY = "where are span IDs parsed and validated?"
 #: the issue's published reference (a Raspberry Pi) and this project's targets, rag_health P50
 REFERENCE_MS = {"stdio": 17.9, "http": 113.0}
 TARGET_MS = {"stdio": 2.0, "http": 5.0}
+
+
+#: the official TypeScript SDK (what Node-based assistants embed), installed by `make test`
+#: with the MCP Inspector (tests/test_inspector.py)
+TS_SDK = ROOT / ".cache" / "inspector" / "node_modules" / "@modelcontextprotocol" / "sdk"
+TS_CLIENT = ROOT / "bench" / "transport_client.mjs"
 
 
 #: floors: the same client stacks against a process that only echoes (no MCP, no tools)
@@ -175,6 +184,31 @@ def server_times(log_dir: Path, tool: str, last: int) -> list[float]:
     return [float(r["took_ms"]) for r in rows if r.get("tool") == tool][-last:]
 
 
+async def measure_ts(index_dir: Path, env: dict[str, str], calls: int, rounds: int
+                     ) -> dict[str, list[float]]:
+    """The TypeScript SDK client's round trips (``Client.callTool``) to servers of this tree
+    over both transports, keyed ``"<transport> <tool>"``; empty when node or the SDK is
+    missing."""
+    if shutil.which("node") is None or not (TS_SDK / "package.json").is_file():
+        return {}
+    command = server_command(None)
+    log_env = {**env, "RAG_LOG_DIR": str(WORK / "transport-logs" / "ts")}
+    proc, url = start_http(index_dir, log_env, WORK / "transport-http-ts.log", command)
+    try:
+        spec = {"stdio": {"command": command[0], "args": [*command[1:], *server_args(index_dir)],
+                          "env": log_env},
+                "http": url, "calls": [["rag_health", {}], ["rag_query", {"query": QUERY}]],
+                "n": max(1, calls // rounds), "rounds": rounds}
+        done = await anyio.run_process(["node", str(TS_CLIENT), str(TS_SDK), json.dumps(spec)],
+                                       check=False)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    if done.returncode != 0:
+        raise SystemExit(f"the TypeScript client failed:\n{done.stderr.decode()[-2000:]}")
+    return {k: [float(x) for x in v] for k, v in json.loads(done.stdout).items()}
+
+
 async def measure(index_dir: Path, env: dict[str, str], calls: int, rounds: int,
                   baseline: Path | None = None) -> dict[str, dict[str, list[float]]]:
     """Times keyed by server name (``stdio``, ``http``, and ``stdio@base``, ``http@base`` for a
@@ -232,6 +266,8 @@ async def measure(index_dir: Path, env: dict[str, str], calls: int, rounds: int,
                 for name in REFERENCE_MS:
                     await timed(sessions[name], "rag_health", {}, max(1, per_round // 5),
                                 times[name], validate=True)
+            # the TypeScript SDK client, to servers of its own (their logs stay apart)
+            times["ts"] = await measure_ts(index_dir, env, calls, rounds)
     finally:
         for proc in procs:
             proc.terminate()
@@ -258,6 +294,35 @@ def baseline_table(times: dict[str, dict[str, list[float]]], rev: str) -> str:
             "dependencies):\n\n"
             + md_table(["tool", "transport", f"{rev} P50 ms", "now P50 ms", "speed-up",
                         f"{rev} P95 ms", "now P95 ms"], rows))
+
+
+def ts_table(ts: dict[str, list[float]], rounds: int) -> str:
+    """The TypeScript SDK client's rows, or why there are none."""
+    if not ts:
+        return ("\n\nThe TypeScript SDK client was not measured: node or its SDK is missing "
+                "(`make test` installs the SDK with the MCP Inspector).")
+    version = json.loads((TS_SDK / "package.json").read_text())["version"]
+    rows: list[list[object]] = []
+    for tool, label in (("rag_health", "`rag_health`"), ("rag_query", "`rag_query` (cached)")):
+        for name in ("stdio", "http"):
+            t = ts[f"{name} {tool}"]
+            rows.append([label, name, len(t), round(pct(t, 50), 2), round(pct(t, 95), 2),
+                         f"≤ {TARGET_MS[name]:g}" if tool == "rag_health" else ""])
+    verdict = "; ".join(
+        f"{n} rag_health P50 {pct(ts[f'{n} rag_health'], 50):.2f} ms "
+        f"({'meets' if pct(ts[f'{n} rag_health'], 50) <= TARGET_MS[n] else 'misses'} the "
+        f"{TARGET_MS[n]:g} ms target)" for n in ("stdio", "http"))
+    return (
+        "\n\nThe same calls from the official TypeScript SDK client "
+        f"(`@modelcontextprotocol/sdk` {version}, the client Node-based assistants embed), "
+        "through `Client.callTool` after `listTools`, as a client calls a tool: the result is "
+        "checked against the output schema with the validator the SDK compiled once. One "
+        "session per transport to servers of this tree started for it (a stdio server spawned "
+        f"by its transport, an HTTP server on a free port), {rounds} alternating blocks, run "
+        "right after the Python client's rounds.\n\n"
+        + md_table(["tool", "transport", "calls", "P50 ms", "P95 ms", "target P50 ms"], rows)
+        + f"\n\n{verdict}. The difference from the Python rows is the client: the same "
+          "server answers both.")
 
 
 def report(times: dict[str, dict[str, list[float]]], calls: int, rounds: int,
@@ -302,6 +367,7 @@ def report(times: dict[str, dict[str, list[float]]], calls: int, rounds: int,
         f"the SDK's session machinery, the tool). {verdict}. Load average during the run: "
         f"{load[0]:.1f} at the start, {load[1]:.1f} at the end, on {os.cpu_count()} cores: "
         "absolute times on a loaded shared machine are inflated; compare the rows."
+        + ts_table(times.get("ts", {}), rounds)
         + (baseline_table(times, baseline) if baseline else "")
         + "\n\nReproduce: `.venv/bin/python -m bench.transport --calls "
         f"{calls} --rounds {rounds}{f' --baseline {baseline}' if baseline else ''}`\n")

@@ -1,0 +1,52 @@
+// Round trips from the official TypeScript MCP SDK client (what Node-based assistants embed),
+// for bench/transport.py: one stdio session (the server spawned by the SDK's transport) and one
+// streamable HTTP session (to a running server), timed in alternating blocks.
+//
+//   node bench/transport_client.mjs SDK_DIR SPEC_JSON
+//
+// SPEC_JSON: {"stdio": {"command", "args", "env"}, "http": URL, "calls": [[tool, args], ...],
+//             "n": calls per block, "rounds": blocks}
+// Prints one JSON object: {"<transport> <tool>": [ms, ...], ...}. Calls go through
+// Client.callTool after listTools, as a client does: the result is checked against the tool's
+// output schema with the validator the SDK compiled once.
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [sdkDir, specJson] = process.argv.slice(2);
+const spec = JSON.parse(specJson);
+const load = (rel) => import(pathToFileURL(join(sdkDir, "dist", "esm", rel)).href);
+const { Client } = await load("client/index.js");
+const { StdioClientTransport } = await load("client/stdio.js");
+const { StreamableHTTPClientTransport } = await load("client/streamableHttp.js");
+
+async function open(transport) {
+  const client = new Client({ name: "rag-mcp-bench", version: "1" }, { capabilities: {} });
+  await client.connect(transport);
+  await client.listTools();
+  return client;
+}
+
+const sessions = {
+  stdio: await open(new StdioClientTransport({ ...spec.stdio, stderr: "ignore" })),
+  http: await open(new StreamableHTTPClientTransport(new URL(spec.http))),
+};
+const times = {};
+async function block(name, client, tool, args, n, keep) {
+  for (let i = 0; i < n; i++) {
+    const t0 = process.hrtime.bigint();
+    const r = await client.callTool({ name: tool, arguments: args });
+    const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+    if (r.isError) throw new Error(`${tool} over ${name} failed: ${JSON.stringify(r.content)}`);
+    if (keep) (times[`${name} ${tool}`] ??= []).push(ms);
+  }
+}
+for (const [name, client] of Object.entries(sessions)) {
+  for (const [tool, args] of spec.calls) await block(name, client, tool, args, 20, false);
+}
+for (let r = 0; r < spec.rounds; r++) {
+  for (const [name, client] of Object.entries(sessions)) {
+    for (const [tool, args] of spec.calls) await block(name, client, tool, args, spec.n, true);
+  }
+}
+for (const client of Object.values(sessions)) await client.close();
+process.stdout.write(JSON.stringify(times) + "\n");
