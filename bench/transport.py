@@ -17,9 +17,10 @@ the same calls (the tool, on the event loop for these memo hits and health check
 the JSONL log line). Then the official TypeScript SDK client (bench/transport_client.mjs, what
 Node-based assistants embed; installed by `make test` with the MCP Inspector, skipped with a
 note when missing) makes the same calls through ``Client.callTool`` to servers of its own, over
-both transports, in as many alternating blocks. ``--baseline REV`` also starts the two servers of an older commit (its
-source exported with ``git archive``, run on the same installed dependencies) and times them
-in the same rounds: the ratio of the two is what the change bought, whatever the machine's load.
+both transports, in as many alternating blocks. ``--baseline REV`` also starts the two
+servers of an older commit (its source exported with ``git archive``, run on the same installed
+dependencies) and times them in the same rounds: the ratio of the two is what the change
+bought, whatever the machine's load.
 Writes the "transport" section of docs/BENCHMARKS.md.
 """
 
@@ -184,29 +185,40 @@ def server_times(log_dir: Path, tool: str, last: int) -> list[float]:
     return [float(r["took_ms"]) for r in rows if r.get("tool") == tool][-last:]
 
 
+def ts_client_ready() -> bool:
+    return shutil.which("node") is not None and (TS_SDK / "package.json").is_file()
+
+
+async def run_ts_client(sessions: dict[str, dict[str, Any]], calls: int, rounds: int
+                        ) -> dict[str, list[float]]:
+    """bench/transport_client.mjs over ``sessions`` (see there): ms per ``"<name> <tool>"``."""
+    spec = {"sessions": sessions, "n": max(1, calls // rounds), "rounds": rounds}
+    done = await anyio.run_process(["node", str(TS_CLIENT), str(TS_SDK), json.dumps(spec)],
+                                   check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the TypeScript client failed:\n{done.stderr.decode()[-2000:]}")
+    return {k: [float(x) for x in v] for k, v in json.loads(done.stdout).items()}
+
+
 async def measure_ts(index_dir: Path, env: dict[str, str], calls: int, rounds: int
                      ) -> dict[str, list[float]]:
-    """The TypeScript SDK client's round trips (``Client.callTool``) to servers of this tree
-    over both transports, keyed ``"<transport> <tool>"``; empty when node or the SDK is
-    missing."""
-    if shutil.which("node") is None or not (TS_SDK / "package.json").is_file():
+    """The TypeScript SDK client's round trips to servers of this tree over both transports,
+    keyed ``"<transport> <tool>"``; empty when node or the SDK is missing."""
+    if not ts_client_ready():
         return {}
     command = server_command(None)
     log_env = {**env, "RAG_LOG_DIR": str(WORK / "transport-logs" / "ts")}
     proc, url = start_http(index_dir, log_env, WORK / "transport-http-ts.log", command)
+    todo = [["rag_health", {}], ["rag_query", {"query": QUERY}]]
     try:
-        spec = {"stdio": {"command": command[0], "args": [*command[1:], *server_args(index_dir)],
-                          "env": log_env},
-                "http": url, "calls": [["rag_health", {}], ["rag_query", {"query": QUERY}]],
-                "n": max(1, calls // rounds), "rounds": rounds}
-        done = await anyio.run_process(["node", str(TS_CLIENT), str(TS_SDK), json.dumps(spec)],
-                                       check=False)
+        return await run_ts_client(
+            {"stdio": {"stdio": {"command": command[0],
+                                 "args": [*command[1:], *server_args(index_dir)],
+                                 "env": log_env}, "calls": todo},
+             "http": {"http": url, "calls": todo}}, calls, rounds)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    if done.returncode != 0:
-        raise SystemExit(f"the TypeScript client failed:\n{done.stderr.decode()[-2000:]}")
-    return {k: [float(x) for x in v] for k, v in json.loads(done.stdout).items()}
 
 
 async def measure(index_dir: Path, env: dict[str, str], calls: int, rounds: int,

@@ -1,14 +1,15 @@
 // Round trips from the official TypeScript MCP SDK client (what Node-based assistants embed),
-// for bench/transport.py: one stdio session (the server spawned by the SDK's transport) and one
-// streamable HTTP session (to a running server), timed in alternating blocks.
+// for bench/transport.py and bench/latency.py: one session per entry of SPEC.sessions (a stdio
+// server spawned by the SDK's transport, or a running streamable HTTP server), each making its
+// calls in blocks that alternate between the sessions.
 //
 //   node bench/transport_client.mjs SDK_DIR SPEC_JSON
 //
-// SPEC_JSON: {"stdio": {"command", "args", "env"}, "http": URL, "calls": [[tool, args], ...],
-//             "n": calls per block, "rounds": blocks}
-// Prints one JSON object: {"<transport> <tool>": [ms, ...], ...}. Calls go through
-// Client.callTool after listTools, as a client does: the result is checked against the tool's
-// output schema with the validator the SDK compiled once.
+// SPEC_JSON: {"sessions": {NAME: {"stdio": {"command", "args", "env"}} or {"http": URL},
+//             with "calls": [[tool, args], ...]}, "n": calls per block, "rounds": blocks}
+// Prints one JSON object: {"<NAME> <tool>": [ms, ...], ...}, after 20 untimed calls of each
+// kind per session. Calls go through Client.callTool after listTools, as a client does: the
+// result is checked against the tool's output schema with the validator the SDK compiled once.
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
@@ -26,10 +27,12 @@ async function open(transport) {
   return client;
 }
 
-const sessions = {
-  stdio: await open(new StdioClientTransport({ ...spec.stdio, stderr: "ignore" })),
-  http: await open(new StreamableHTTPClientTransport(new URL(spec.http))),
-};
+const sessions = {};
+for (const [name, s] of Object.entries(spec.sessions)) {
+  sessions[name] = await open(s.http
+    ? new StreamableHTTPClientTransport(new URL(s.http))
+    : new StdioClientTransport({ ...s.stdio, stderr: "ignore" }));
+}
 const times = {};
 async function block(name, client, tool, args, n, keep) {
   for (let i = 0; i < n; i++) {
@@ -41,11 +44,15 @@ async function block(name, client, tool, args, n, keep) {
   }
 }
 for (const [name, client] of Object.entries(sessions)) {
-  for (const [tool, args] of spec.calls) await block(name, client, tool, args, 20, false);
+  for (const [tool, args] of spec.sessions[name].calls) {
+    await block(name, client, tool, args, 20, false);
+  }
 }
 for (let r = 0; r < spec.rounds; r++) {
   for (const [name, client] of Object.entries(sessions)) {
-    for (const [tool, args] of spec.calls) await block(name, client, tool, args, spec.n, true);
+    for (const [tool, args] of spec.sessions[name].calls) {
+      await block(name, client, tool, args, spec.n, true);
+    }
   }
 }
 for (const client of Object.values(sessions)) await client.close();
