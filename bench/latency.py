@@ -26,7 +26,13 @@ from typing import Any
 import anyio
 
 from bench._report import ROOT, WORK, md_table, pct, write_section
-from bench.transport import TS_SDK, baseline_tree, run_ts_client, server_command, ts_client_ready
+from bench.transport import (
+    baseline_tree,
+    run_ts_client,
+    server_command,
+    ts_client_ready,
+    ts_version,
+)
 
 TEMPLATES = ("where is {} defined", "{}", "how does {} work", "what calls {}",
              "{} implementation")
@@ -166,12 +172,6 @@ TS_KEYS = {"ts_cached": "rag_query", "ts_get_span": "rag_get_span", "ts_health":
 TS_LABELS = {"ts_cached": "rag_query cached, TypeScript SDK client",
              "ts_get_span": "rag_get_span, TypeScript SDK client",
              "ts_health": "rag_health, TypeScript SDK client"}
-
-
-def ts_version() -> str:
-    import json
-
-    return str(json.loads((TS_SDK / "package.json").read_text())["version"])
 
 
 def ensure_indexed(root: Path) -> None:

@@ -189,6 +189,10 @@ def ts_client_ready() -> bool:
     return shutil.which("node") is not None and (TS_SDK / "package.json").is_file()
 
 
+def ts_version() -> str:
+    return str(json.loads((TS_SDK / "package.json").read_text())["version"])
+
+
 async def run_ts_client(sessions: dict[str, dict[str, Any]], calls: int, rounds: int
                         ) -> dict[str, list[float]]:
     """bench/transport_client.mjs over ``sessions`` (see there): ms per ``"<name> <tool>"``."""
@@ -313,7 +317,6 @@ def ts_table(ts: dict[str, list[float]], rounds: int) -> str:
     if not ts:
         return ("\n\nThe TypeScript SDK client was not measured: node or its SDK is missing "
                 "(`make test` installs the SDK with the MCP Inspector).")
-    version = json.loads((TS_SDK / "package.json").read_text())["version"]
     rows: list[list[object]] = []
     for tool, label in (("rag_health", "`rag_health`"), ("rag_query", "`rag_query` (cached)")):
         for name in ("stdio", "http"):
@@ -326,7 +329,7 @@ def ts_table(ts: dict[str, list[float]], rounds: int) -> str:
         f"{TARGET_MS[n]:g} ms target)" for n in ("stdio", "http"))
     return (
         "\n\nThe same calls from the official TypeScript SDK client "
-        f"(`@modelcontextprotocol/sdk` {version}, the client Node-based assistants embed), "
+        f"(`@modelcontextprotocol/sdk` {ts_version()}, the client Node-based assistants embed), "
         "through `Client.callTool` after `listTools`, as a client calls a tool: the result is "
         "checked against the output schema with the validator the SDK compiled once. One "
         "session per transport to servers of this tree started for it (a stdio server spawned "

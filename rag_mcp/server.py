@@ -431,7 +431,7 @@ async def serve_stdio(server: RagServer) -> None:
 def loop_options() -> dict[str, Any]:
     """anyio's backend options for the stdio server: uvloop where it is installed, the choice
     uvicorn makes for HTTP (``loop="auto"``); asyncio's own loop otherwise (Windows). A stdio
-    round trip costs 6-10 % less on uvloop (docs/DESIGN.md, "The stdio transport")."""
+    round trip costs a few per cent less on uvloop (docs/DESIGN.md, "The stdio transport")."""
     import importlib.util
 
     return {"use_uvloop": True} if importlib.util.find_spec("uvloop") is not None else {}
