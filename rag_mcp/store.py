@@ -95,16 +95,21 @@ class _NoFastPath(Exception):
 
 
 class _RustCollection:
-    """An existing collection of an embedded store, written through chromadb's Rust core alone.
+    """An existing collection of an embedded store, read and written through chromadb's Rust
+    core alone.
 
-    Importing chromadb's Python layer costs ~1 s, and tearing it down at exit ~0.2 s more, out of
-    ~2.5 s for a whole ``rag-index`` run after a one-file edit; its Rust bindings load in ~0.03 s.
-    The writer only upserts, deletes and counts in a collection that already exists, and these
-    are the very bindings calls chromadb's ``RustBindingsAPI`` makes (chromadb/api/rust.py of
-    1.5.9), with the settings its ``PersistentClient`` passes (md5 migration hashes, migrations
-    applied, no reset, an HNSW cache of RLIMIT_NOFILE / 5). Anything unexpected while opening
-    (another chromadb release, a store made with other settings) raises ``_NoFastPath`` and the
-    caller uses the Python client instead. Collections are still created by the Python client.
+    Importing chromadb's Python layer costs ~0.5-1 s, and tearing it down at exit ~0.2 s more:
+    a writer paid it out of ~2.5 s for a whole ``rag-index`` run after a one-file edit, and a
+    server for every session an assistant starts; the Rust bindings load in ~0.03 s. Writers
+    upsert, delete and count, readers get vectors by key and query nearest neighbours, in a
+    collection that already exists; these are the very bindings calls chromadb's
+    ``RustBindingsAPI`` makes (chromadb/api/rust.py of 1.5.9), with the settings its
+    ``PersistentClient`` passes (md5 migration hashes, migrations applied, no reset, an HNSW
+    cache of RLIMIT_NOFILE / 5), and ``get``/``query`` answer in the shape of chromadb's
+    ``Collection`` for what ``VectorStore`` reads. Skipping the Python layer's conversions also
+    saves ~0.5 ms per vector read. Anything unexpected while opening (another chromadb release,
+    a store made with other settings) raises ``_NoFastPath`` and the caller uses the Python
+    client instead. Collections are still created by the Python client.
     """
 
     def __init__(self, path: Path, name: str) -> None:
@@ -152,6 +157,18 @@ class _RustCollection:
     def count(self) -> int:
         return int(self._b.count(self._id, _TENANT, _DATABASE))
 
+    def get(self, *, ids: list[str] | None = None, include: Sequence[str] = (),
+            limit: int | None = None, offset: int = 0) -> dict[str, Any]:
+        got = self._b.get(self._id, ids, None, limit, offset, None, list(include), _TENANT,
+                          _DATABASE)
+        return {"ids": list(got.ids), "embeddings": got.embeddings}
+
+    def query(self, *, query_embeddings: np.ndarray, n_results: int,
+              include: Sequence[str]) -> dict[str, Any]:
+        got = self._b.query(self._id, None, list(query_embeddings), n_results, None, None,
+                            list(include), _TENANT, _DATABASE)
+        return {"ids": got.ids, "distances": got.distances}
+
     def close(self) -> None:
         # dropping the bindings is all chromadb's System.stop() does for them
         self._b = None
@@ -182,10 +199,18 @@ class VectorStore:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def embedded(cls, path: Path, name: str, *, create: bool) -> VectorStore:
-        """A persistent store in the folder ``path`` (one per index generation)."""
+    def embedded(cls, path: Path, name: str, *, create: bool, rust: bool = True) -> VectorStore:
+        """A persistent store in the folder ``path`` (one per index generation); an existing
+        one through the Rust bindings when they can stand in (``_RustCollection``), unless
+        ``rust`` is False."""
         if not create and not path.is_dir():
             raise IndexUnavailable(f"vector store folder {path.name} is missing")
+        if not create and rust:
+            try:
+                fast = _RustCollection(path, name)
+                return cls(fast, fast, owns_client=True)
+            except _NoFastPath as exc:
+                log.debug("reading %s through chromadb's Python client: %s", path, exc)
         try:
             client = _chroma().PersistentClient(path=str(path), settings=_settings())
             col = cls._collection(client, name, create)
@@ -225,7 +250,7 @@ class VectorStore:
             return cls(fast, fast, owns_client=True)
         except _NoFastPath as exc:
             log.debug("updating %s through chromadb's Python client: %s", path, exc)
-        store = cls.embedded(path, name, create=False)
+        store = cls.embedded(path, name, create=False, rust=False)
         with store._translate("configure the vector store"):
             hnsw = (store._col.configuration_json or {}).get("hnsw") or {}
             if hnsw and hnsw.get("sync_threshold") != 1:

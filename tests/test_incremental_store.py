@@ -172,3 +172,56 @@ def test_an_incremental_run_does_not_import_chromadb(tmp_path: Path) -> None:
         assert idx.vectors.query(vec, 1)[0][0] == row.emb_key
     finally:
         idx.close()
+
+
+def test_readers_use_the_rust_path_and_find_what_the_python_client_finds(
+        big_index: tuple[Path, Path], tmp_path: Path) -> None:
+    pointer = gen.read_pointer(settings_at(*big_index).index_path)
+    assert pointer is not None
+    name = str(gen.read_manifest(pointer.dir)["vector_collection"])
+    folder = tmp_path / "copy"
+    shutil.copytree(pointer.dir / gen.CHROMA, folder)
+    fast = VectorStore.embedded(folder, name, create=False)
+    slow = VectorStore.embedded(folder, name, create=False, rust=False)
+    try:
+        assert type(fast._col).__name__ == "_RustCollection"
+        assert type(slow._col).__name__ == "Collection"
+        assert fast.count() == slow.count() == 1200
+        keys = sorted(fast.all_keys())
+        assert keys == sorted(slow.all_keys())
+        sample = keys[::97]
+        a, b = fast.vectors([*sample, "no-such-key"]), slow.vectors(sample)
+        assert a.keys() == b.keys() == set(sample)  # an unknown key is simply absent
+        assert all(a[k].dtype == np.float32 and np.array_equal(a[k], b[k]) for k in sample)
+        assert fast.existing([*sample[:3], "no-such-key"]) == set(sample[:3])
+        # Each reader replays the 200 records left in Chroma's log into its own copy of the
+        # graph (two threads insert them), so the approximate searches are compared where the
+        # answer is certain: each stored vector finds itself at similarity 1 (the test model
+        # gives a few distinct texts the same vector, so "itself" may share the top).
+        for k in sample[:5]:
+            for store in (fast, slow):
+                hits = store.query(a[k], 10)
+                assert hits[0][1] == pytest.approx(1.0, abs=1e-5)
+                assert k in {key for key, sim in hits if sim > 1 - 1e-5}
+        # more neighbours than vectors: as many as the graph reaches, no error
+        assert 1100 <= len(fast.query(a[sample[0]], 5000)) <= 1200
+    finally:
+        fast.close()
+        slow.close()
+
+
+def test_a_reader_falls_back_to_the_python_client_when_the_rust_path_cannot_open(
+        big_index: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rag_mcp.store as store_module
+
+    pointer = gen.read_pointer(settings_at(*big_index).index_path)
+    assert pointer is not None
+    name = str(gen.read_manifest(pointer.dir)["vector_collection"])
+    shutil.copytree(pointer.dir / gen.CHROMA, tmp_path / "copy")  # readers replay the log
+    monkeypatch.setattr(store_module, "_BINDINGS_RELEASE", "0.0.0")  # "another chromadb"
+    store = VectorStore.embedded(tmp_path / "copy", name, create=False)
+    try:
+        assert type(store._col).__name__ == "Collection"
+        assert store.count() == 1200
+    finally:
+        store.close()
