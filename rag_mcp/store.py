@@ -174,6 +174,16 @@ class _RustCollection:
         self._b = None
 
 
+def _fast_path(path: Path, name: str, what: str) -> _RustCollection | None:
+    """The existing collection through the Rust bindings, or None (logged) when they cannot
+    stand in for chromadb's Python client."""
+    try:
+        return _RustCollection(path, name)
+    except _NoFastPath as exc:
+        log.debug("%s %s through chromadb's Python client: %s", what, path, exc)
+        return None
+
+
 class VectorStore:
     """One Chroma collection: add, delete and query vectors by key."""
 
@@ -205,12 +215,8 @@ class VectorStore:
         ``rust`` is False."""
         if not create and not path.is_dir():
             raise IndexUnavailable(f"vector store folder {path.name} is missing")
-        if not create and rust:
-            try:
-                fast = _RustCollection(path, name)
-                return cls(fast, fast, owns_client=True)
-            except _NoFastPath as exc:
-                log.debug("reading %s through chromadb's Python client: %s", path, exc)
+        if not create and rust and (fast := _fast_path(path, name, "reading")) is not None:
+            return cls(fast, fast, owns_client=True)
         try:
             client = _chroma().PersistentClient(path=str(path), settings=_settings())
             col = cls._collection(client, name, create)
@@ -238,18 +244,14 @@ class VectorStore:
         """
         if not path.is_dir():
             raise IndexUnavailable(f"vector store folder {path.name} is missing")
-        try:
-            if not rust:
-                raise _NoFastPath("asked for chromadb's Python client")
-            fast = _RustCollection(path, name)
+        if rust and (fast := _fast_path(path, name, "updating")) is not None:
             try:
                 fast.set_sync_threshold(1)
+                return cls(fast, fast, owns_client=True)
             except Exception as exc:
                 fast.close()
-                raise _NoFastPath(f"{type(exc).__name__}: {exc}") from exc
-            return cls(fast, fast, owns_client=True)
-        except _NoFastPath as exc:
-            log.debug("updating %s through chromadb's Python client: %s", path, exc)
+                log.debug("updating %s through chromadb's Python client: %s: %s", path,
+                          type(exc).__name__, exc)
         store = cls.embedded(path, name, create=False, rust=False)
         with store._translate("configure the vector store"):
             hnsw = (store._col.configuration_json or {}).get("hnsw") or {}
