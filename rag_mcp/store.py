@@ -107,9 +107,10 @@ class _RustCollection:
     ``PersistentClient`` passes (md5 migration hashes, migrations applied, no reset, an HNSW
     cache of RLIMIT_NOFILE / 5), and ``get``/``query`` answer in the shape of chromadb's
     ``Collection`` for what ``VectorStore`` reads. Skipping the Python layer's conversions also
-    saves ~0.5 ms per vector read. Anything unexpected while opening (another chromadb release,
-    a store made with other settings) raises ``_NoFastPath`` and the caller uses the Python
-    client instead. Collections are still created by the Python client.
+    makes a read of 40 vectors ~0.5 ms shorter (1.8 -> 1.3 ms). Anything unexpected while
+    opening (another chromadb release, a store made with other settings) raises
+    ``_NoFastPath`` and the caller uses the Python client instead. Collections are still
+    created by the Python client.
     """
 
     def __init__(self, path: Path, name: str) -> None:
