@@ -182,7 +182,8 @@ def raw_throughput(root: Path, ignore: Sequence[str], backend: str, n: int = 640
                                  window_overlap=s.window_overlap)
         for ch in fc.chunks:
             t = span_text(fc.lines, ch.start_line, ch.end_line)
-            texts.append(embedding_text(c.rel, ch.symbol or ch.heading, ch.context, t))
+            texts.append(embedding_text(c.rel, ch.symbol or ch.heading, ch.context, t,
+                                        kind=ch.kind))
     texts = texts[:n]
     emb = load_embedder(s.embed_model, backend, cache_dir=s.model_cache_path,
                         batch_size=s.embed_batch)

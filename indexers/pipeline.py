@@ -33,7 +33,15 @@ from rag_mcp.config import Settings, git_head, index_base
 from rag_mcp.embed import Embedder, load_embedder, model_identity
 from rag_mcp.errors import IndexUnavailable
 from rag_mcp.lexical import name_tokens, tokenize
-from rag_mcp.spans import Span, content_hash, digest, embedding_key, embedding_text, span_text
+from rag_mcp.spans import (
+    EMBED_TEXT_VERSION,
+    Span,
+    content_hash,
+    digest,
+    embedding_key,
+    embedding_text,
+    span_text,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -95,6 +103,8 @@ def _incompatible(manifest: dict[str, Any], settings: Settings, identity: str) -
     """Why the base generation cannot be extended ("" when it can)."""
     if manifest.get("chunker_version") != chunking.CHUNKER_VERSION:
         return "the chunker changed"
+    if manifest.get("embed_text_version", "1") != EMBED_TEXT_VERSION:
+        return "the text the model reads for a span changed"
     if manifest.get("model_identity") != identity:
         same_model = (manifest.get("model"), manifest.get("backend")) == (
             settings.embed_model, settings.embed_backend)
@@ -229,7 +239,7 @@ class _Run:
                         parent=ch.parent, heading=ch.heading, preview=ch.preview[:1000],
                         byte_len=len(t.encode("utf-8", "surrogatepass")), file_hash=fhash,
                         chunker_version=chunking.CHUNKER_VERSION, meta=ch.meta)
-            emb = embedding_text(c.rel, ch.symbol or ch.heading, ch.context, t)
+            emb = embedding_text(c.rel, ch.symbol or ch.heading, ch.context, t, kind=ch.kind)
             work.spans.append((span, t, emb))
         return work
 
@@ -454,6 +464,7 @@ class _Run:
             manifest = {
                 "schema_version": gen.SCHEMA_VERSION,
                 "chunker_version": chunking.CHUNKER_VERSION,
+                "embed_text_version": EMBED_TEXT_VERSION,
                 "model": s.embed_model,
                 "backend": s.embed_backend,
                 "model_identity": self.identity,

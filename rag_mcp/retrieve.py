@@ -24,7 +24,7 @@ from rag_mcp.errors import InvalidArgument
 from rag_mcp.fusion import FUSIONS, Calibration, calibration_for, fuse, rrf
 from rag_mcp.index import IndexHandle, OpenIndex
 from rag_mcp.lexical import tokenize
-from rag_mcp.spans import Span
+from rag_mcp.spans import Span, query_embedding_text
 
 LANGUAGE_ALIASES = {
     "py": "python", "js": "javascript", "ts": "typescript", "md": "markdown", "c#": "c_sharp",
@@ -128,7 +128,7 @@ class QueryVectors:
                 self._lru.move_to_end(key)
                 self.hits += 1
                 return vec
-        vec = embedder.embed_query(text)
+        vec = embedder.embed_query(query_embedding_text(text))
         with self._lock:
             self.misses += 1
             self._lru[key] = vec

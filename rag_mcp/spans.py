@@ -146,19 +146,42 @@ class Span:
         return self.symbol or self.heading or ""
 
 
-# What the model sees for a span: where it is, what it is, then the code or prose itself. The
-# stored text (and the digest) is the exact span; this prefix only steers the embedding.
-EMBED_TEXT_VERSION = "1"
+# What the model sees for a span: where it is, what it is, then the code or prose itself; in
+# code, camelCase words apart. The stored text (and the digest) is the exact span; the embedded
+# text only steers the vector. A change here re-embeds every index (the manifest records the
+# version, and an index embedded from another version is rebuilt).
+EMBED_TEXT_VERSION = "2"
+
+# A lower-case letter or digit before an upper-case one, or an acronym before a capitalised word:
+# parseHTTPResponse -> parse HTTP Response, baseIsNative -> base Is Native, utf8Decode -> utf8
+# Decode. WordPiece cuts a joined identifier into pieces that are not words (base ##is ##nat
+# ##ive); apart, they are words the model learned. snake_case needs nothing: "_" is a token of
+# its own already. Prose keeps its spelling: there a PascalCase word is a name (GitHub,
+# JavaScript) the model may know whole. docs/RETRIEVAL.md has the measurements.
+_CASE_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
-def embedding_text(path: str, label: str | None, context: str, text: str) -> str:
-    """The text embedded for a span: path, symbol or heading path, split context, then text."""
+def split_case(text: str) -> str:
+    """``text`` with the words of camelCase and PascalCase identifiers apart."""
+    return _CASE_BOUNDARY.sub(" ", text)
+
+
+def embedding_text(path: str, label: str | None, context: str, text: str, *, kind: str) -> str:
+    """The text embedded for a span: path, symbol or heading path, split context, then text;
+    for a code span (``kind`` "code") with identifiers' words apart (``split_case``)."""
     head = [path]
     if label:
         head.append(label)
     if context:
         head.append(context)
-    return "\n".join(head) + "\n" + text
+    joined = "\n".join(head) + "\n" + text
+    return split_case(joined) if kind == "code" else joined
+
+
+def query_embedding_text(query: str) -> str:
+    """The text embedded for a query, split like a code span: an identifier in a question is
+    meant to meet the code that holds it."""
+    return split_case(query)
 
 
 def embedding_key(model_identity: str, embedded: str) -> str:

@@ -219,7 +219,7 @@ def test_dense_candidates_get_their_bm25_from_a_deeper_lexical_list(
     deps = retriever_for()
     r = deps.retriever
     r.POOL = 1  # one candidate a leg: the lexical list is read 4 deep for their BM25
-    q = "fetch user from api client"  # the hash model's top span is BM25's 4th
+    q = "fetch user parse config"  # the hash model's top span is BM25's 2nd to 4th
     hits = r.retrieve(q, Filters()).hits
     deep = dict(deps.handle.get().lexical.search(tokenize(q), r.POOL * r.LEX_LOOKUP))
     assert len(hits) == 2 and len(deep) > 2

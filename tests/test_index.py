@@ -15,7 +15,7 @@ from indexers.status import index_status, list_spans
 from rag_mcp import generation as gen
 from rag_mcp.catalog import Catalog
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.spans import digest, span_text, split_lines
+from rag_mcp.spans import EMBED_TEXT_VERSION, digest, span_text, split_lines
 
 HASH = "test-hash-64"
 
@@ -152,6 +152,23 @@ def test_reading_spans_to_fewer_tokens_embeds_them_again(sample_repo: Path) -> N
     st = index_status(s2)
     assert st["embed_max_tokens"] == 16
     assert run_index(s2).embedded == 0
+
+
+def test_an_index_embedded_from_another_text_form_is_rebuilt(sample_repo: Path) -> None:
+    # An index built before EMBED_TEXT_VERSION 2 has no version in its manifest: its vectors
+    # were made from text the model no longer reads, so extending it would mix two forms.
+    s = settings_for(sample_repo)
+    first = run_index(s)
+    pointer = gen.read_pointer(s.index_path)
+    assert pointer is not None
+    manifest = gen.read_manifest(pointer.dir)
+    assert manifest["embed_text_version"] == EMBED_TEXT_VERSION
+    del manifest["embed_text_version"]
+    (pointer.dir / gen.MANIFEST).write_bytes(orjson.dumps(manifest))
+    stats = run_index(s)
+    assert stats.rebuilt == "the text the model reads for a span changed" and stats.published
+    assert stats.spans_total == first.spans_total
+    assert run_index(s).rebuilt == ""
 
 
 def test_damaged_index_is_rebuilt(sample_repo: Path) -> None:

@@ -8,9 +8,12 @@ from rag_mcp.errors import InvalidArgument
 from rag_mcp.spans import (
     digest,
     embedding_key,
+    embedding_text,
     make_span_id,
     parse_span_id,
+    query_embedding_text,
     span_text,
+    split_case,
     split_lines,
 )
 
@@ -59,3 +62,39 @@ def test_embedding_key_depends_on_model_and_text() -> None:
     assert embedding_key("m1", "x") == embedding_key("m1", "x")
     assert embedding_key("m1", "x") != embedding_key("m2", "x")
     assert embedding_key("m1", "x") != embedding_key("m1", "y")
+
+
+@pytest.mark.parametrize(("ident", "words"), [
+    ("parseHTTPResponse", "parse HTTP Response"),
+    ("baseIsNative", "base Is Native"),
+    ("XMLHttpRequest", "XML Http Request"),
+    ("utf8Decode", "utf8 Decode"),
+    ("MissingSchema", "Missing Schema"),
+    ("snake_case_name", "snake_case_name"),
+    ("CONSTANT_VALUE", "CONSTANT_VALUE"),
+    ("already plain words", "already plain words"),
+])
+def test_split_case_separates_the_words_of_identifiers(ident: str, words: str) -> None:
+    assert split_case(ident) == words
+
+
+@given(st.text())
+def test_split_case_only_adds_spaces(text: str) -> None:
+    out = split_case(text)
+    assert out.replace(" ", "") == text.replace(" ", "")
+    assert split_case(out) == out  # idempotent: a split text has no boundary left
+
+
+def test_code_spans_and_queries_are_embedded_with_identifiers_split() -> None:
+    emb = embedding_text("src/parseUtils.ts", "parseHTTPResponse", "", "return toJSON(body)",
+                         kind="code")
+    assert emb == "src/parse Utils.ts\nparse HTTP Response\nreturn to JSON(body)"
+    assert query_embedding_text("where is parseHTTPResponse") == "where is parse HTTP Response"
+
+
+@pytest.mark.parametrize("kind", ["doc", "text"])
+def test_prose_spans_keep_their_spelling(kind: str) -> None:
+    # in prose a PascalCase word is a name the model may know whole (GitHub, JavaScript)
+    text = "Deploy FastAPI on GitHub with JavaScript"
+    assert embedding_text("docs/deploy.md", "Deploy > GitHub", "", text, kind=kind) == (
+        "docs/deploy.md\nDeploy > GitHub\n" + text)
