@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -55,7 +56,8 @@ def read_back(s: Settings) -> tuple[int, list[tuple[str, float]]]:
 
 @pytest.fixture(scope="module")
 def big_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """1,200 spans: Chroma saves its graph at 1,000 records, so 200 are left in its log."""
+    """1,200 spans: Chroma saves its graph at 1,000 records, so 200 would be left in its log
+    had the indexer not saved them at the end of the cold run."""
     base = tmp_path_factory.mktemp("big")
     root = base / "repo"
     write_repo(root, 100)
@@ -70,12 +72,41 @@ def copy_index(big: tuple[Path, Path], dest: Path) -> Settings:
     return settings_at(dest / "repo", dest / "index")
 
 
+def unapplied_log(gen_dir: Path) -> int:
+    """Records of the collection's log that its saved HNSW graph does not hold yet: what every
+    process that opens the generation would replay."""
+    db = sqlite3.connect(f"file:{gen_dir / gen.CHROMA / 'chroma.sqlite3'}?mode=ro", uri=True)
+    try:
+        (last,) = db.execute("SELECT COALESCE(MAX(seq_id), 0) FROM embeddings_queue").fetchone()
+        (saved,) = db.execute(
+            "SELECT m.seq_id FROM max_seq_id m JOIN segments s ON s.id = m.segment_id "
+            "WHERE s.scope = 'VECTOR'").fetchone()
+    finally:
+        db.close()
+    return int(last) - int(saved)
+
+
+def test_a_cold_index_leaves_no_log_for_readers_to_replay(big_index: tuple[Path, Path],
+                                                          tmp_path: Path) -> None:
+    """A reader that replayed a log would spend time on every opening, build a graph that
+    differs from one opening to the next, and save it inside a published generation."""
+    s = copy_index(big_index, tmp_path)
+    pointer = gen.read_pointer(s.index_path)
+    assert pointer is not None
+    assert unapplied_log(pointer.dir) == 0
+    before = hnsw_files(pointer.dir)
+    first, second = read_back(s), read_back(s)
+    assert first == second and first[0] == 1200
+    assert hnsw_files(pointer.dir) == before
+    verify_checksums(pointer.dir, gen.read_manifest(pointer.dir))
+
+
 @pytest.mark.parametrize("edit", ["one function", "only a new mtime"])
 def test_readers_never_write_into_a_generation_an_incremental_run_published(
         big_index: tuple[Path, Path], tmp_path: Path, edit: str) -> None:
     """With the graph saved after every write, a reader has nothing to replay; had the writer left
-    a log behind (the cold index leaves 200 records), the reader would save the graph itself,
-    inside a published generation (caught here by the file hashes and the checksums)."""
+    a log behind, the reader would save the graph itself, inside a published generation (caught
+    here by the file hashes and the checksums)."""
     s = copy_index(big_index, tmp_path)
     target = tmp_path / "repo" / "pkg3" / "mod3.py"
     if edit == "one function":
