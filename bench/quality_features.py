@@ -25,7 +25,6 @@ from rag_mcp.evaluate import eval_settings
 from rag_mcp.lexical import tokenize
 from rag_mcp.metrics import LineSpan, is_match
 from rag_mcp.retrieve import Filters
-from rag_mcp.spans import query_embedding_text
 
 FEATURES = WORK / "features"
 
@@ -102,7 +101,7 @@ def _legs_row(deps: Deps, q: dict[str, Any], pool: int) -> dict[str, Any]:
     emb = deps.models.for_manifest(idx.manifest)
     text = " ".join(q["query"].split())
     toks = tokenize(text)
-    qv = emb.embed_query(query_embedding_text(text))
+    qv = deps.retriever.qvec.get(emb, text)  # the query text rag_query embeds
     dense = idx.vectors.query(qv, pool)
     body = idx.lexical.search(toks, pool, field="body")
     name = idx.lexical.search(toks, pool, field="name")
