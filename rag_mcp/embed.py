@@ -37,8 +37,10 @@ HASH_MODEL = "test-hash-64"
 BACKENDS = ("onnx", "onnx-int8", "torch")
 BUNDLED = "all-MiniLM-L6-v2"
 _BUNDLED_ALIASES = {BUNDLED, f"sentence-transformers/{BUNDLED}"}
-#: padded tokens in one model call, so a large ``batch_size`` cannot blow up memory
-MAX_BATCH_TOKENS = 16_384
+#: padded tokens in one model call. Small calls are faster per token on CPU, their activations
+#: staying in the cores' caches: 300 code spans embedded 10-20 % faster (int8, 2 EPYC cores) at
+#: 128-1,024 tokens a call than at 32 spans of ~150 tokens, and more so in fp32
+MAX_BATCH_TOKENS = 512
 #: bumped when a backend's recipe changes the vectors it produces (see ``model_identity``)
 _FAMILY = {"onnx": "fp32", "torch": "fp32", "onnx-int8": "int8-pc-rr-v1"}
 #: files whose content decides the vectors; module folders (pooling, dense) are added per model
