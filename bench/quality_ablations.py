@@ -20,14 +20,15 @@ from bench import quality_plots as plots
 from bench._report import md_table, write_section
 from bench.quality_runs import Run, score_run, service_run
 from bench.quality_sets import SETS, SHORT, WORK, EvalSet, index_all, load_set
+from rag_mcp.config import load_settings
 from rag_mcp.fusion import calibration_for
 
 KS = (3, 5, 8, 10)
 TAUS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 POOLS = (10, 20, 50, 100)
 FUSIONS = ("convex", "rrf", "dense", "lexical")
-#: embed.max_tokens measured against the whole window: all-MiniLM-L6-v2 was trained on 128
-COMPACT = 128
+#: a reading shorter than the default, measured beside it: all-MiniLM-L6-v2 was trained on 128
+SHORTER = 128
 
 
 def saved(ev: EvalSet, system: str, make, reuse: bool) -> Run:  # type: ignore[no-untyped-def]
@@ -100,27 +101,31 @@ def study_join(evs: list[EvalSet], backend: str, hybrid: dict[str, Run], reuse: 
 
 def study_max_tokens(evs: list[EvalSet], backend: str, hybrid: dict[str, Run],
                      reuse: bool) -> str:
-    """Span texts read whole (the default) against read to COMPACT tokens, and the fp32
-    reference (whole; bench.quality's compare run) where that set has one."""
-    tag, cut = SHORT[backend], COMPACT
-    cut_dir = WORK / f"index-w{cut}"
+    """The default reading (embed.max_tokens of configs/default.toml) against the whole window
+    and against SHORTER tokens, next to the fp32 reference (whole; bench.quality's compare run)
+    where that set has one."""
+    tag, default = SHORT[backend], load_settings({}, environ={}).embed_max_tokens
     rows: list[list[object]] = []
     for ev in evs:
-        index_all([ev.name], [backend], quiet=True, index_dir=cut_dir, embed_max_tokens=cut)
-        name = f"hybrid ({tag}) {cut} tokens"
-        short = saved(ev, name, lambda ev=ev, name=name: service_run(
-            ev, backend, name, index_dir=cut_dir, embed_max_tokens=cut), reuse)
+        runs: dict[int, Run] = {default: hybrid[ev.name]}
+        for cut in (0, SHORTER):
+            cut_dir = WORK / f"index-w{cut}"
+            index_all([ev.name], [backend], quiet=True, index_dir=cut_dir, embed_max_tokens=cut)
+            name = f"hybrid ({tag}) " + (f"{cut} tokens" if cut else "whole window")
+            runs[cut] = saved(ev, name, lambda ev=ev, name=name, d=cut_dir, cut=cut: service_run(
+                ev, backend, name, index_dir=d, embed_max_tokens=cut), reuse)
         fp32 = Run.load(ev.name, "hybrid (fp32)")
-        m_whole, m_cut = score_run(ev, hybrid[ev.name]), score_run(ev, short)
+        m = {cut: score_run(ev, run) for cut, run in runs.items()}
         m_ref = score_run(ev, fp32) if fp32 and len(fp32.results) == len(ev.queries) else None
+        delta = [f"{m[c]['MRR@10'] - m_ref['MRR@10']:+.3f}" if m_ref else "-"
+                 for c in (default, SHORTER)]
         rows.append([ev.name, f"{m_ref['MRR@10']:.3f}" if m_ref else "not indexed",
-                     f"{m_whole['MRR@10']:.3f}", f"{m_cut['MRR@10']:.3f}",
-                     f"{m_cut['MRR@10'] - m_ref['MRR@10']:+.3f}" if m_ref else "-",
-                     f"{m_cut['MRR@10'] - m_whole['MRR@10']:+.3f}",
-                     f"{m_whole['hit@5']:.3f}", f"{m_cut['hit@5']:.3f}"])
-    return md_table(["set", "MRR@10 fp32, whole", f"MRR@10 {tag}, whole (default)",
-                     f"MRR@10 {tag}, {cut} tokens", f"{cut} tokens - fp32",
-                     f"{cut} tokens - whole", "hit@5 whole", f"hit@5 {cut} tokens"], rows)
+                     *(f"{m[c]['MRR@10']:.3f}" for c in (0, default, SHORTER)), *delta,
+                     *(f"{m[c]['hit@5']:.3f}" for c in (0, default, SHORTER))])
+    return md_table(["set", "MRR@10 fp32, whole", f"MRR@10 {tag}, whole",
+                     f"MRR@10 {tag}, {default} (default)", f"MRR@10 {tag}, {SHORTER}",
+                     f"{default} - fp32", f"{SHORTER} - fp32", "hit@5 whole",
+                     f"hit@5 {default}", f"hit@5 {SHORTER}"], rows)
 
 
 def study_pool(evs: list[EvalSet], backend: str, hybrid: dict[str, Run], reuse: bool) -> str:
@@ -230,10 +235,10 @@ rag_query returns neighbouring spans of one file that rank in the same answer as
 
 ### Span text read by the model (`embed.max_tokens`)
 
-By default the model reads each span's embedded text (path, symbol, signature, code or prose)
-up to its whole 256-token window. `embed.max_tokens = {COMPACT}` reads only the first {COMPACT}
-tokens: about 1.7x the spans/s ("Embedding throughput"), while the lexical leg still reads
-every word. Same spans and queries; only the vectors differ.
+The model reads each span's embedded text (path, symbol, signature, docstring, code or prose) up
+to `embed.max_tokens` tokens: 160 by default, against its whole 256-token window and 128 here
+(spans/s of each: "Embedding throughput"). The lexical leg reads every word either way; queries
+are read whole. Same spans and queries; only the vectors differ.
 
 {study_max_tokens(evs, a.backend, hybrid, a.reuse)}
 

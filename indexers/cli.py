@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--embed-batch", help="texts per model call")
     g.add_argument("--embed-threads", help="CPU threads for the model (0 = all)")
     g.add_argument("--embed-max-tokens",
-                   help="tokens of each span the model reads (0 = its whole window)")
+                   help="tokens of each span the model reads (default 160; 0 = its whole window)")
     g.add_argument("--chroma-url", help="use a Chroma server instead of the embedded store")
     return ap
 
