@@ -291,6 +291,13 @@ def test_plan_batches_sorts_caps_and_covers_every_text():
         assert len(b) * max(lengths[i] for i in b) <= 600 or len(b) == 1
     assert [lengths[i] for i in batches[0]] == [1, 3, 5]
     assert plan_batches([], 4) == []
+    # the default: at most MAX_BATCH_TOKENS padded tokens a call, a few long spans or many short
+    mixed = [150] * 40 + [12] * 40
+    sizes = []
+    for b in plan_batches(mixed, 32):
+        assert len(b) * max(mixed[i] for i in b) <= embed.MAX_BATCH_TOKENS
+        sizes.append(len(b))
+    assert max(sizes) == 32 and min(sizes) < 8  # short texts fill a batch, long ones do not
 
 
 @pytest.mark.slow
