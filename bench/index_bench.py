@@ -68,7 +68,7 @@ def _chunk_files(args: tuple[str, list[str], int]) -> tuple[int, int, list[str]]
         spans += len(fc.chunks)
         for ch in fc.chunks:
             t = span_text(fc.lines, ch.start_line, ch.end_line)
-            texts.append(embedding_text(rel, ch.symbol or ch.heading, ch.context, t))
+            texts.append(embedding_text(rel, ch.symbol or ch.heading, ch.context, t, kind=ch.kind))
     return len(rels), spans, texts
 
 
