@@ -222,9 +222,9 @@ def main(argv: list[str] | None = None) -> int:
 
     s = load_settings({"root": str(root), "embed_backend": args.backend})
     model = load_embedder(s.embed_model, args.backend, cache_dir=s.model_cache_path)
-    model.embed_documents(texts[:32])  # warm-up
+    model.embed_documents(texts[:32], s.embed_max_tokens)  # warm-up
     t0 = time.perf_counter()
-    model.embed_documents(texts)
+    model.embed_documents(texts, s.embed_max_tokens)  # read as the indexer reads them
     raw = time.perf_counter() - t0
     raw_rate = len(texts) / raw
     print(f"model raw: {raw_rate:.1f} spans/s ({args.backend})", flush=True)
