@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bench._report import ROOT, WORK, md_table, median, pct, write_section
-from rag_mcp.config import load_settings
+from bench.quality_sets import DEFAULT_READ
 from rag_mcp.embed import (
     MAX_BATCH_TOKENS,
     TokenCounter,
@@ -41,7 +41,7 @@ from rag_mcp.embed import (
 from rag_mcp.embed_onnx import OnnxEmbedder, export_dir, export_fp32
 
 MODEL = "all-MiniLM-L6-v2"
-DEFAULT_CUT = load_settings({}, environ={}).embed_max_tokens or 128
+DEFAULT_CUT = DEFAULT_READ or 128
 LIBS = ("requests", "click")
 CHUNK_CHARS = 1500
 CHUNK = 100  # spans per embed call in the timed rounds

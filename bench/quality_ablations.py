@@ -19,8 +19,7 @@ from typing import Any
 from bench import quality_plots as plots
 from bench._report import md_table, write_section
 from bench.quality_runs import Run, score_run, service_run
-from bench.quality_sets import SETS, SHORT, WORK, EvalSet, index_all, load_set
-from rag_mcp.config import load_settings
+from bench.quality_sets import DEFAULT_READ, SETS, SHORT, WORK, EvalSet, index_all, load_set
 from rag_mcp.fusion import calibration_for
 
 KS = (3, 5, 8, 10)
@@ -104,7 +103,7 @@ def study_max_tokens(evs: list[EvalSet], backend: str, hybrid: dict[str, Run],
     """The default reading (embed.max_tokens of configs/default.toml) against the whole window
     and against SHORTER tokens, next to the fp32 reference (whole; bench.quality's compare run)
     where that set has one."""
-    tag, default = SHORT[backend], load_settings({}, environ={}).embed_max_tokens
+    tag, default = SHORT[backend], DEFAULT_READ
     rows: list[list[object]] = []
     for ev in evs:
         runs: dict[int, Run] = {default: hybrid[ev.name]}

@@ -31,6 +31,8 @@ INDEX = WORK / "index"
 SETS = ("docs", "cosqa", "docstring", "swebench_lite")
 BACKENDS = ("onnx-int8", "onnx")
 SHORT = {"onnx": "fp32", "onnx-int8": "int8", "torch": "torch", "test-hash-64": "hash"}
+#: tokens of a span the default pipeline's model reads (embed.max_tokens of configs/default.toml)
+DEFAULT_READ = load_settings({}, environ={}).embed_max_tokens
 
 
 @dataclass(frozen=True)
