@@ -57,7 +57,7 @@ def fetch_sdist(spec: str) -> Path:
 
 def _chunk_files(args: tuple[str, list[str], int]) -> tuple[int, int, list[str]]:
     from indexers.chunking import chunk_file
-    from rag_mcp.spans import embedding_text, span_text
+    from rag_mcp.spans import span_text
 
     root, rels, budget = args
     spans = 0
@@ -68,7 +68,7 @@ def _chunk_files(args: tuple[str, list[str], int]) -> tuple[int, int, list[str]]
         spans += len(fc.chunks)
         for ch in fc.chunks:
             t = span_text(fc.lines, ch.start_line, ch.end_line)
-            texts.append(embedding_text(rel, ch.symbol or ch.heading, ch.context, t, kind=ch.kind))
+            texts.append(ch.embedding_text(rel, t))
     return len(rels), spans, texts
 
 

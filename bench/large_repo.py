@@ -168,7 +168,7 @@ def raw_throughput(root: Path, ignore: Sequence[str], backend: str, n: int = 640
     from indexers import chunking, walk
     from rag_mcp.config import load_settings
     from rag_mcp.embed import load_embedder
-    from rag_mcp.spans import embedding_text, span_text
+    from rag_mcp.spans import span_text
 
     s = load_settings({"root": str(root), "embed_backend": backend})
     cands = walk.walk(root, extra_ignore=ignore).files
@@ -182,8 +182,7 @@ def raw_throughput(root: Path, ignore: Sequence[str], backend: str, n: int = 640
                                  window_overlap=s.window_overlap)
         for ch in fc.chunks:
             t = span_text(fc.lines, ch.start_line, ch.end_line)
-            texts.append(embedding_text(c.rel, ch.symbol or ch.heading, ch.context, t,
-                                        kind=ch.kind))
+            texts.append(ch.embedding_text(c.rel, t))
     texts = texts[:n]
     emb = load_embedder(s.embed_model, backend, cache_dir=s.model_cache_path,
                         batch_size=s.embed_batch)

@@ -39,7 +39,6 @@ from rag_mcp.spans import (
     content_hash,
     digest,
     embedding_key,
-    embedding_text,
     span_text,
 )
 
@@ -239,7 +238,7 @@ class _Run:
                         parent=ch.parent, heading=ch.heading, preview=ch.preview[:1000],
                         byte_len=len(t.encode("utf-8", "surrogatepass")), file_hash=fhash,
                         chunker_version=chunking.CHUNKER_VERSION, meta=ch.meta)
-            emb = embedding_text(c.rel, ch.symbol or ch.heading, ch.context, t, kind=ch.kind)
+            emb = ch.embedding_text(c.rel, t)
             work.spans.append((span, t, emb))
         return work
 

@@ -116,6 +116,11 @@ class Chunk:
     #: why this file fell back to line windows ("" for AST or heading spans)
     fallback: str = ""
 
+    def embedding_text(self, path: str, text: str) -> str:
+        """What the model reads for this chunk of ``path`` whose lines are ``text``."""
+        return embedding_text(path, self.symbol or self.heading, self.context, text,
+                              kind=self.kind)
+
 
 @dataclass(frozen=True, slots=True)
 class Span:
