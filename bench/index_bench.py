@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--package", default="flask==3.1.0")
     ap.add_argument("--backend", default="onnx")
-    ap.add_argument("--quick", action="store_true", help="at most 40 files (a smoke run)")
+    ap.add_argument("--quick", action="store_true",
+                    help="at most 40 files (a smoke run; writes nothing)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="bare start-up / no-op / one-file edit rounds per tree")
     ap.add_argument("--baseline", metavar="REV",
@@ -285,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd += f" --backend {args.backend}"
     if base_tree is not None:
         cmd += f" --baseline {rev}"
+    if args.quick:  # a smoke run of 40 files says nothing about the repository
+        return 0
     write_section(f"index-{args.backend}", f"## Indexing a real repository ({args.backend})\n\n"
                   f"`{cmd}`\n\nThe {args.package} sdist from PyPI (code and its reST docs). "
                   "Chunking alone reads and chunks every file; the model's raw throughput embeds "
