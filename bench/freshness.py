@@ -195,6 +195,14 @@ def seed_cache() -> bool:
     return True
 
 
+def backend_of(repo: Path) -> str:
+    """The embedding backend the indexer and the server use here (configs, RAG_* variables)."""
+    from rag_mcp.config import load_settings
+
+    s = load_settings({"root": str(repo)})
+    return f"{s.embed_backend}, {s.embed_max_tokens or 'all'} tokens of a span"
+
+
 def cold_index(repo: Path) -> float:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "indexers.cli", "--root", str(repo), "-q"],
@@ -264,8 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 files += 1
                 lines += p.read_bytes().count(b"\n")
         saved["meta"] = {"files": files, "lines": lines, "setup": setup, "seeded": seeded,
-                         "edits": args.edits, "backend": os.environ.get("RAG_EMBED_BACKEND",
-                                                                        "onnx")}
+                         "edits": args.edits, "backend": backend_of(repo)}
         modes = {"server": [True], "separate": [False], "both": [True, False]}[args.mode]
         for m in modes:
             r = anyio.run(measure, repo, args.edits, m, args.seed)

@@ -6,8 +6,10 @@
 Measured in one run, side by side: chunking alone (one process, and a pool of two), the model's
 raw throughput on exactly the texts the indexer embeds, the cold end-to-end `rag-index` (a fresh
 index folder and an empty embedding cache), its peak RSS and size on disk, a no-op re-run, and an
-incremental run after editing one file, against the CLI's bare start-up. Writes the "index"
-section of docs/BENCHMARKS.md.
+incremental run after editing one file, against the CLI's bare start-up. Beside it, the floor of
+any process that embeds (start Python, import the model's runtime, load the model, embed one span)
+and the same one-file edit in a process that stays up with its model loaded (what `--watch` does
+per save). Writes the "index" section of docs/BENCHMARKS.md.
 
 ``--baseline REV`` runs the `rag-index` of an older commit (``git archive``, as bench/latency.py
 does) on its own copy of the repository and its own index, built first from a copy of this run's
@@ -155,6 +157,61 @@ def rounds(trees: list[Tree], target: str, n: int, backend: str) -> None:
                          f"incremental {t.incr_t[-1]:.2f} s" for t in trees), flush=True)
 
 
+FLOOR = """\
+import sys
+from rag_mcp.config import load_settings
+from rag_mcp.embed import load_embedder
+s = load_settings({"embed_backend": sys.argv[1]})
+m = load_embedder(s.embed_model, s.embed_backend, cache_dir=s.model_cache_path)
+m.embed_documents(["def added(x):\\n    return x + 1"], s.embed_max_tokens)
+"""
+
+
+@dataclass
+class Floor:
+    """What no separate process can go below, and what a process that stays up pays instead."""
+
+    model_t: list[float] = field(default_factory=list)
+    warm_t: list[float] = field(default_factory=list)
+
+    def rows(self, help_s: float) -> list[list[object]]:
+        m, w = median(self.model_t), median(self.warm_t)
+        return [
+            ["floor: a process that only loads the model and embeds one span",
+             f"{m:.2f} s median of {len(self.model_t)} ({m / help_s:.1f}x bare start-up)"],
+            ["the same one-file edit in a process that stays up (`--watch`, in-process run)",
+             f"{w:.2f} s median of {len(self.warm_t)} ({w / help_s:.1f}x bare start-up)"],
+        ]
+
+
+def measure_floor(t: Tree, target: str, n: int, backend: str) -> Floor:
+    """The model's start-up floor in fresh processes, then ``n`` one-file edits indexed by one
+    long-lived in-process pipeline with its model loaded once (what a watcher does per save)."""
+    from indexers.pipeline import run_index
+    from rag_mcp.config import load_settings
+    from rag_mcp.embed import load_embedder
+
+    f = Floor()
+    env = t.env(backend)
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", FLOOR, backend], env=env, cwd=ROOT, check=True)
+        f.model_t.append(time.perf_counter() - t0)
+    s = load_settings({"root": str(t.root), "index_dir": str(t.index_dir),
+                       "embed_backend": backend})
+    model = load_embedder(s.embed_model, backend, cache_dir=s.model_cache_path,
+                          threads=s.embed_threads, batch_size=s.embed_batch)
+    run_index(s, embedder_factory=lambda: model)  # opens the index once, as a watcher has
+    for i in range(n):
+        with (t.root / target).open("a", encoding="utf-8") as fh:
+            fh.write(f"\n\ndef added_in_process_{i}(x):\n    return x - {i}\n")
+        t0 = time.perf_counter()
+        st = run_index(s, embedder_factory=lambda: model)
+        f.warm_t.append(time.perf_counter() - t0)
+        assert st.embedded >= 1, st
+    return f
+
+
 def tree_rows(t: Tree, suffix: str = "") -> list[list[object]]:
     h, z, inc = median(t.help_t), median(t.noop_t), median(t.incr_t)
     return [
@@ -266,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                                f"{cache_size / 1e6:.1f} MB embedding cache"],
         *tree_rows(cur),
         ["spans embedded by each incremental run", ", ".join(map(str, cur.embedded))],
+        *measure_floor(cur, target, args.rounds, args.backend).rows(median(cur.help_t)),
     ]
     note = ""
     if base_tree is not None:
@@ -313,6 +371,8 @@ def incremental_only(args: argparse.Namespace, src: Path, files: list[str], targ
         prepare(t, src, files if args.quick else None, seed, args.backend)
     rounds(trees, target, args.rounds, args.backend)
     rows = [r for t in trees for r in tree_rows(t, f", {t.label}")]
+    rows += measure_floor(trees[-1], target, args.rounds, args.backend).rows(
+        median(trees[-1].help_t))
     if base_tree is not None:
         b, c = trees
         rows.append(["incremental, baseline / this tree",
