@@ -307,9 +307,10 @@ def main(argv: list[str] | None = None) -> None:
     tau_in_sample = tau
     tau = generalizing_tau(tau, held)
     tag = SHORT.get(args.backend, args.backend)
-    IMG.mkdir(parents=True, exist_ok=True)
-    plot_scores(data, st, a, b, tau, IMG / f"calibration-scores-{tag}.png")
-    plot_tau(sweep, tau, IMG / f"calibration-tau-{tag}.png")
+    if not args.no_write:  # the plots belong to the recorded section
+        IMG.mkdir(parents=True, exist_ok=True)
+        plot_scores(data, st, a, b, tau, IMG / f"calibration-scores-{tag}.png")
+        plot_tau(sweep, tau, IMG / f"calibration-tau-{tag}.png")
 
     leg = legs(data, n, w)
     variant_rows = variants(data, n, sets, terms)

@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reuse", action="store_true", help="rescore saved runs")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
+    plots.ENABLED = not a.no_write
     tag = SHORT[a.backend]
     table, checks, libs, rerank, backends = [], [], "", [], []
     mrr: dict[tuple[str, str], float] = {}

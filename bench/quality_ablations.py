@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reuse", action="store_true")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
+    plots.ENABLED = not a.no_write
     tag = SHORT[a.backend]
     evs = [load_set(s) for s in a.sets.split(",")]
     hybrid = {}

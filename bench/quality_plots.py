@@ -8,6 +8,8 @@ from pathlib import Path
 from bench._report import ROOT
 
 IMG = ROOT / "docs" / "img"
+#: a bench run with --no-write prints only: its plots would overwrite the recorded ones
+ENABLED = True
 
 
 def _plt():  # type: ignore[no-untyped-def]
@@ -22,6 +24,8 @@ def _plt():  # type: ignore[no-untyped-def]
 def bars(path: Path, sets: Sequence[str], systems: Sequence[str],
          values: dict[tuple[str, str], float], ylabel: str, title: str) -> None:
     """Grouped bars: one group per set, one bar per system."""
+    if not ENABLED:
+        return
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(sets) * len(systems) / 3), 3.8))
     width = 0.8 / max(len(systems), 1)
@@ -42,6 +46,8 @@ def bars(path: Path, sets: Sequence[str], systems: Sequence[str],
 def tradeoff(path: Path, points: dict[str, list[tuple[str, float, float]]], xlabel: str,
              ylabel: str, title: str, logx: bool = False) -> None:
     """Per series (a set): labelled points (label, x, y) joined by a line."""
+    if not ENABLED:
+        return
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, pts in points.items():
