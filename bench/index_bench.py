@@ -353,7 +353,11 @@ def main(argv: list[str] | None = None) -> int:
                   "is `rag-index` in a fresh process with a fresh index folder and an empty "
                   "embedding cache. Bare start-up, no-op and incremental runs are medians of "
                   f"{args.rounds} rounds; each incremental run follows the append of one new "
-                  f"function to {target}." + note + "\n\n" + table)
+                  f"function to {target}. The floor is a fresh process that imports the model's "
+                  "runtime, loads the model and embeds one span, which any one-shot run that "
+                  "embeds pays; the long-lived row calls the indexing pipeline again in one "
+                  "process that keeps its model loaded, as `--watch` does for each save."
+                  + note + "\n\n" + table)
     return 0
 
 
