@@ -18,7 +18,14 @@ import orjson
 
 from rag_mcp.config import Settings, index_base, load_settings
 from rag_mcp.errors import InvalidArgument, NotFound, RagError
-from rag_mcp.evalsets import EvalQuery, docstring_set, dump_queries, load_queries
+from rag_mcp.evalsets import (
+    Documented,
+    EvalQuery,
+    docstring_set,
+    dump_queries,
+    load_queries,
+    strip_docstrings,
+)
 from rag_mcp.evaluate import eval_settings, render, report_json, run_eval, run_lines
 from rag_mcp.metrics import FileLines
 from rag_mcp.query import MAX_K
@@ -28,8 +35,9 @@ Measure retrieval on your own repository: every query goes through the same path
 rag_query tool, and rag-eval prints MRR@10, hit@1/3/5/10, nDCG@10, the tokens of the top 5
 against the tokens of the whole files they come from, latency P50/P95, and the queries that
 missed. No query file yet? --docstrings asks questions made from the repository's own
-docstrings (the first sentence is the question, the function is the answer, and the docstrings
-are hidden from a temporary index for that run)."""
+docstrings and doc comments (Python docstrings; JSDoc, Javadoc, Go, Rust, C#, Ruby and other
+comments right above a function: the first sentence is the question, the function is the
+answer, and the documentation is hidden from a temporary index for that run)."""
 
 EPILOG = """\
 query file: one JSON object a line,
@@ -50,42 +58,69 @@ exit codes: 0 done, 2 bad arguments or query file, 3 nothing to ask (--docstring
 """
 
 
-def docstring_index(settings: Settings, limit: int, *, quiet: bool
-                    ) -> tuple[Settings, list[EvalQuery], Path]:
-    """Index a copy of the repository with every docstring hidden; questions from docstrings.
-
-    The copy lives in a temporary folder; its index goes under the repository's own index
-    folder (its own collection), so the embedding cache there is shared and a second run embeds
-    only what changed.
-    """
+def write_documented_copy(settings: Settings, dest: Path, limit: int) -> list[EvalQuery]:
+    """Copy the repository's indexable files to ``dest`` with their documentation hidden (line
+    numbers kept) and return up to ``limit`` questions made from it: Python docstrings, and the
+    comment right above a function in every other language the chunker parses."""
     from indexers import walk
-    from indexers.pipeline import run_index
-    from indexers.progress import Progress
+    from indexers.doc_comments import COMMENTS, strip_doc_comments
+    from indexers.languages import code_language_for_path
 
     root = settings.root_path
     walked = walk.walk(root, max_file_bytes=settings.max_file_bytes,
                        extra_ignore=settings.ignore, index_dir=index_base(settings))
     sources: dict[str, str] = {}
+    languages: dict[str, str] = {}
     for c in walked.files:
-        if c.rel.endswith((".py", ".pyi")):
-            try:
-                sources[c.rel] = c.abs_path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue
-    stripped, queries = docstring_set(sources, limit=limit)
+        lang = code_language_for_path(c.rel)
+        if lang is None or lang != "python" and lang not in COMMENTS:
+            continue
+        try:
+            sources[c.rel] = c.abs_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        languages[c.rel] = lang
+
+    def strip(rel: str, text: str) -> tuple[str, list[Documented]]:
+        lang = languages[rel]
+        if lang == "python":
+            return strip_docstrings(text)
+        return strip_doc_comments(text, lang, budget_chars=settings.chunk_chars)
+
+    stripped, queries = docstring_set(sources, limit=limit, strip=strip)
     if not queries:
         raise NotFound(
-            f"found no documented Python function under {root} to ask about (each needs a "
-            "docstring whose first sentence has 3 or more words); write a query file instead")
-    tmp = Path(tempfile.mkdtemp(prefix="rag-eval-"))
-    copy = tmp / root.name
+            f"found no documented function under {root} to ask about (each needs a docstring "
+            "or a comment right above it whose first sentence has 3 or more words); write a "
+            "query file instead")
     for c in walked.files:
-        dest = copy / c.rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        out = dest / c.rel
+        out.parent.mkdir(parents=True, exist_ok=True)
         if c.rel in stripped:
-            dest.write_text(stripped[c.rel], encoding="utf-8")
+            out.write_text(stripped[c.rel], encoding="utf-8")
         else:
-            shutil.copyfile(c.abs_path, dest)
+            shutil.copyfile(c.abs_path, out)
+    return queries
+
+
+def docstring_index(settings: Settings, limit: int, *, quiet: bool
+                    ) -> tuple[Settings, list[EvalQuery], Path]:
+    """Index a copy of the repository with its documentation hidden; questions from it.
+
+    The copy lives in a temporary folder; its index goes under the repository's own index
+    folder (its own collection), so the embedding cache there is shared and a second run embeds
+    only what changed.
+    """
+    from indexers.pipeline import run_index
+    from indexers.progress import Progress
+
+    tmp = Path(tempfile.mkdtemp(prefix="rag-eval-"))
+    copy = tmp / settings.root_path.name
+    try:
+        queries = write_documented_copy(settings, copy, limit)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     name = f"{settings.collection_name[:40]}-docstrings"
     s2 = replace(settings, root=str(copy), index_dir=str(index_base(settings)), collection=name)
     run_index(s2, progress=Progress(quiet=quiet))
@@ -126,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", metavar="RUN.jsonl", help="write the run file (the kit's format)")
     ap.add_argument("--docstrings", nargs="?", const=200, type=int, metavar="N",
                     help="no query file: ask up to N (200) questions made from the repository's "
-                         "Python docstrings, with the docstrings hidden from a temporary index")
+                         "docstrings and doc comments, hidden from a temporary index")
     ap.add_argument("--save-queries", metavar="FILE",
                     help="with --docstrings: also write the questions (they are only fair "
                          "against an index without docstrings)")

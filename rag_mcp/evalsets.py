@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,9 @@ NON_LIBRARY = frozenset({"tests", "test", "testing", "examples", "example", "doc
 _ROLE = re.compile(r":[\w:.-]+:`~?([^`]*)`")
 _TICKS = re.compile(r"`+([^`]*)`+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+# test files by name in any language: test_x.py, x_test.go, x.test.js, x.spec.ts, x_spec.rb,
+# XTest.java, XTests.cs
+_TEST_FILE = re.compile(r"(?:^|[._-])(?i:test|tests|spec)(?:[._-]|$)|[a-z0-9]Tests?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,15 +237,26 @@ def strip_docstrings(source: str) -> tuple[str, list[Documented]]:
 
 def is_library_path(rel: str) -> bool:
     parts = rel.split("/")
-    name = parts[-1]
-    if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
+    stem = parts[-1].rsplit(".", 1)[0]
+    if _TEST_FILE.search(stem) or stem == "conftest":
         return False
     return not any(p.lower() in NON_LIBRARY for p in parts[:-1])
 
 
-def docstring_set(files: Mapping[str, str], *, limit: int = 200, id_prefix: str = "doc"
+#: hides the documentation of one file: (rel path, text) -> (text, questions); raises
+#: SyntaxError or ValueError for a file it cannot read, which is then indexed as it is
+Stripper = Callable[[str, str], tuple[str, list[Documented]]]
+
+
+def python_stripper(rel: str, text: str) -> tuple[str, list[Documented]]:
+    return strip_docstrings(text)
+
+
+def docstring_set(files: Mapping[str, str], *, limit: int = 200, id_prefix: str = "doc",
+                  strip: Stripper = python_stripper
                   ) -> tuple[dict[str, str], list[EvalQuery]]:
-    """Stripped texts of the Python ``files`` (rel path -> source) and up to ``limit`` questions.
+    """Stripped texts of ``files`` (rel path -> source) and up to ``limit`` questions; ``strip``
+    hides each file's documentation (Python docstrings by default).
 
     Queries whose text still occurs in the stripped corpus (say, in a comment) are dropped;
     identical questions are merged into one with several gold spans; the sample is chosen by a
@@ -252,7 +266,7 @@ def docstring_set(files: Mapping[str, str], *, limit: int = 200, id_prefix: str 
     by_query: dict[str, list[tuple[str, Documented]]] = {}
     for rel in sorted(files):
         try:
-            text, docs = strip_docstrings(files[rel])
+            text, docs = strip(rel, files[rel])
         except (SyntaxError, ValueError):
             continue  # indexed as it is; it cannot leak a question we do not ask
         stripped[rel] = text

@@ -195,6 +195,10 @@ def test_library_paths() -> None:
     assert is_library_path("src/pkg/a.py")
     assert not is_library_path("tests/a.py") and not is_library_path("pkg/test_a.py")
     assert not is_library_path("docs/conf.py") and not is_library_path("conftest.py")
+    for test_file in ("pkg/a_test.go", "lib/a.test.js", "lib/a.spec.ts", "lib/a_spec.rb",
+                      "src/FooTest.java", "src/FooTests.cs"):
+        assert not is_library_path(test_file), test_file
+    assert is_library_path("src/latest.py") and is_library_path("lib/contest.js")
 
 
 # -- rag-eval end to end ------------------------------------------------------------------------
