@@ -51,6 +51,7 @@ class Source:
 
 SOURCES = (
     Source("axios 1.7.9", "JavaScript", "npm", "axios@1.7.9", "package/lib"),
+    Source("rxjs 7.8.1", "TypeScript", "npm", "rxjs@7.8.1", "package/src"),
     Source("gin 1.8.1", "Go", "deb", "golang-github-gin-gonic-gin-dev=1.8.1-1",
            "usr/share/gocode/src/github.com/gin-gonic/gin"),
     Source("cobra 1.6.1", "Go", "deb", "golang-github-spf13-cobra-dev=1.6.1-1",
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                   "(its code sets are Python and lodash's JavaScript), from npm and from "
                   "Debian's source-carrying -dev packages at pinned versions. Questions are made "
                   "as `rag-eval --docstrings` makes them: the first sentence of the comment "
-                  "right above a function (JSDoc, Go, Rust, YARD, PHPDoc) is the query, the "
+                  "right above a function (JSDoc, TSDoc, Go, Rust, YARD, PHPDoc) is the query, the "
                   "function the gold, at most "
                   f"{args.limit} per library, test files and functions excluded, and every such "
                   "comment is hidden from the corpus all systems search. MRR@10 by the kit's "

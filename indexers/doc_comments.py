@@ -85,8 +85,9 @@ def comment_end(lines: list[str], first: int, last: int, syntax: CommentSyntax) 
 
 
 def comment_text(rows: list[str]) -> str:
-    """The prose of comment lines: marks, leading stars, inline tags and HTML removed; a tag
-    line (``@param``) starts a new paragraph, so the description is the first one."""
+    """The description of a doc comment: its lines before the first tag line (``@param``,
+    ``:param:``; JSDoc, Javadoc, YARD and PHPDoc put the description first), with comment
+    marks, leading stars, inline tags and HTML removed."""
     out: list[str] = []
     for raw in rows:
         s = raw.strip()
@@ -94,8 +95,7 @@ def comment_text(rows: list[str]) -> str:
             s = s[:-2].rstrip()
         s = _MARKS.sub("", s).lstrip("*").strip()
         if _TAG_LINE.match(s):
-            out.append("")
-            continue
+            break  # the tags and their continuation lines describe parameters, not the function
         out.append(_HTML.sub("", _INLINE_TAG.sub(r"\1", s)))
     return "\n".join(out)
 

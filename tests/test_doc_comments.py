@@ -95,7 +95,10 @@ def test_comment_runs_and_their_prose() -> None:
     assert comment_end(["/* a", " b */ x();"], 0, 1, c) == 1
     assert comment_end(["#[inline]", "fn f() {}"], 0, 1, COMMENTS["rust"]) == 0
     assert comment_end(["# a", "# b", "def f"], 0, 2, COMMENTS["ruby"]) == 2
-    assert comment_text(lines[:4]).split("\n\n")[0].strip() == "Does a thing."
+    assert comment_text(lines[:4]).strip() == "Does a thing."
+    # a comment that is only tags has no description, whatever its continuation lines say
+    assert comment_text(["/**", " * @param s The function called when it is", " *   initially "
+                         "subscribed to.", " */"]).strip() == ""
     assert comment_text(["/// See {@link Foo} and <b>bar</b>."]) == "See Foo and bar."
 
 
