@@ -1,4 +1,4 @@
-"""Retrieval on languages and libraries the evaluation kit does not have.
+"""Retrieval on languages, libraries and a docs tree the evaluation kit does not have.
 
 The kit's code sets are Python (requests, click, CoSQA, SWE-bench) and lodash's JavaScript; issue
 4's targets are also checked on held-out sets of other libraries and languages. This bench builds
@@ -29,7 +29,7 @@ import orjson
 
 from bench._report import WORK, md_table, write_section
 from bench.quality_runs import Run, score_run, service_run
-from bench.quality_sets import EvalSet, settings_for
+from bench.quality_sets import SHARED, EvalSet, settings_for
 from bench.quality_windows import bm25_windows_run
 
 HERE = WORK / "heldout"
@@ -43,6 +43,8 @@ class Source:
     kind: str  # "npm" or "deb"
     spec: str  # npm name@version, Debian package=version
     subdir: str  # the library's own tree inside the unpacked archive
+    #: "doc comments" (rag-eval --docstrings) or "headings" (the kit's docs recipe)
+    questions: str = "doc comments"
 
     @property
     def slug(self) -> str:
@@ -62,6 +64,8 @@ SOURCES = (
            "usr/share/rubygems-integration/all/gems/rack-2.2.22/lib"),
     Source("symfony/console 5.4.53", "PHP", "deb", "php-symfony-console=5.4.53+dfsg-0+deb12u1",
            "usr/share/php/Symfony/Component/Console"),
+    Source("npm 10.9.2 docs", "Markdown", "npm", "npm@10.9.2", "package/docs/content",
+           questions="headings"),
 )
 
 
@@ -92,12 +96,20 @@ def fetch(src: Source) -> Path:
 
 def build_set(src: Source, tree: Path, limit: int) -> EvalSet:
     """Questions and a corpus with the documentation hidden, as `rag-eval --docstrings` makes
-    them; kept in the kit's set layout (corpus/ + queries.jsonl)."""
+    them, or, for a docs tree, the kit's own docs recipe (a section's heading is the question
+    and is blanked in the corpus); kept in the kit's set layout (corpus/ + queries.jsonl)."""
     from indexers.eval_cli import write_documented_copy
     from rag_mcp.config import load_settings
 
     d = HERE / "sets" / src.slug
     shutil.rmtree(d, ignore_errors=True)
+    if src.questions == "headings":
+        subprocess.run([sys.executable, str(SHARED / "make_docs_set.py"), "--src", str(tree),
+                        "--out", str(d), "--per-page", "3", "--no-query", "", "--drop", "",
+                        "--name", src.slug, "--source", src.spec, "--id-prefix", src.slug],
+                       check=True, capture_output=True)
+        with (d / "queries.jsonl").open(encoding="utf-8") as fh:
+            return EvalSet(src.slug, d, [orjson.loads(line) for line in fh if line.strip()])
     settings = load_settings({"root": str(tree), "index_dir": str(HERE / "scratch")},
                              environ={})
     queries = [q.to_json() for q in write_documented_copy(settings, d / "corpus", limit)]
@@ -157,23 +169,24 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if args.no_write or args.only:
         return 0
-    write_section("heldout", "## Held-out languages: questions from doc comments\n\n"
+    write_section("heldout", "## Held-out sets: other languages, another docs tree\n\n"
                   "`python -m bench.heldout_languages`\n\n"
                   "Libraries the evaluation kit does not have, in languages it does not cover "
-                  "(its code sets are Python and lodash's JavaScript), from npm and from "
-                  "Debian's source-carrying -dev packages at pinned versions. Questions are made "
-                  "as `rag-eval --docstrings` makes them: the first sentence of the comment "
-                  "right above a function (JSDoc, TSDoc, Go, Rust, YARD, PHPDoc) is the query, the "
-                  "function the gold, at most "
-                  f"{args.limit} per library, test files and functions excluded, and every such "
-                  "comment is hidden from the corpus all systems search. MRR@10 by the kit's "
-                  "rule (same file, half the gold lines covered); the kit's BM25 baselines run "
-                  "on the same corpus; dense, lexical and hybrid are rag-eval's path over our "
-                  "spans with the default int8 model. A Go comment starting with the "
-                  "function's name loses that word (it would answer the question itself). The "
-                  "share of tokens grows as files shrink: five answers of 20-40 lines are a "
-                  "large part of files of 80 lines.\n\n"
-                  + table)
+                  "(its code sets are Python and lodash's JavaScript), and another project's "
+                  "Markdown documentation, from npm and from Debian's source-carrying -dev "
+                  "packages at pinned versions. Code questions are made as `rag-eval "
+                  "--docstrings` makes them: the first sentence of the comment right above a "
+                  "function (JSDoc, TSDoc, Go, Rust, YARD, PHPDoc) is the query, the function "
+                  f"the gold, at most {args.limit} per library, test files and functions "
+                  "excluded, and every such comment is hidden from the corpus all systems "
+                  "search; a Go comment starting with the function's name loses that word (it "
+                  "would answer the question itself). The docs tree's questions come from the "
+                  "kit's own docs recipe (`make_docs_set.py`, 3 headings a page at most: the "
+                  "heading is the query and is blanked in the corpus). MRR@10 by the kit's rule "
+                  "(same file, half the gold lines covered); the kit's BM25 baselines run on the "
+                  "same corpus; dense, lexical and hybrid are rag-eval's path over our spans "
+                  "with the default int8 model. The share of tokens grows as files shrink: five "
+                  "answers of 20-40 lines are a large part of files of 80 lines.\n\n" + table)
     return 0
 
 
