@@ -3,11 +3,13 @@
 A query file is JSONL, one object a line: ``{"id", "query", "gold": [{"path", "start_line",
 "end_line"}, ...]}``, extra fields kept (the evaluation kit's format, ../shared/eval/README.md).
 
-The starter set follows CodeSearchNet (Husain et al., 2019): the first sentence of a Python
-function's docstring is the query, the function is the gold span, and every docstring is hidden
-from the index of that run (``strip_docstrings``), so the question cannot be answered by finding
-its own text. Docstrings are blanked in place, never deleted, so line numbers stay those of the
-user's files and a missed query points at the real function.
+The starter set follows CodeSearchNet (Husain et al., 2019): the first sentence of a function's
+documentation is the query, the function is the gold span, and that documentation is hidden from
+the index of that run, so the question cannot be answered by finding its own text. Python
+docstrings are read here (``strip_docstrings``); other languages' doc comments by a ``Stripper``
+the indexer passes in (``indexers.doc_comments``, which needs the chunker). Documentation is
+blanked in place, never deleted, so line numbers stay those of the user's files and a missed
+query points at the real function.
 """
 
 from __future__ import annotations
