@@ -130,3 +130,28 @@ def test_rag_eval_docstrings_asks_about_every_language(
                                            "end_line": 13}]
     for rel in ("src/A.java", "src/store.go"):  # the user's files untouched
         assert (root / rel).read_text() == (POLYGLOT / rel).read_text()
+
+
+def test_every_code_fixture_keeps_its_lines_and_its_gold() -> None:
+    """Over the golden fixtures of every language: only whole comment lines are blanked, and
+    each gold starts on a line the user's file has, unchanged."""
+    fixtures = Path(__file__).parent / "fixtures"
+    seen: set[str] = set()
+    for path in sorted(fixtures.rglob("*")):
+        lang = code_language_for_path(path.name)
+        if not path.is_file() or lang not in COMMENTS:
+            continue
+        text = path.read_text(encoding="utf-8")
+        try:
+            out, docs = strip_doc_comments(text, lang)
+        except ValueError:
+            continue  # a fixture the grammar cannot chunk is indexed as it is
+        seen.add(lang)
+        before, after = text.split("\n"), out.split("\n")
+        assert len(after) == len(before), path
+        assert all(a == b or b == "" for a, b in zip(before, after, strict=True)), path
+        for d in docs:
+            assert after[d.start_line - 1].strip(), (path, d)
+            assert after[d.start_line - 1] == before[d.start_line - 1], (path, d)
+            assert d.start_line < d.end_line <= len(before), (path, d)
+    assert len(seen) >= 10  # the fixtures cover the table, not one language
