@@ -117,7 +117,10 @@ def build_set(src: Source, tree: Path, limit: int) -> EvalSet:
     return EvalSet(src.slug, d, queries)
 
 
-def measure(src: Source, limit: int) -> list[object]:
+REFERENCE = "onnx"  # fp32, spans read whole (bench.quality_sets.settings_for): issue 6's reference
+
+
+def measure(src: Source, limit: int, fp32: bool) -> tuple[list[object], list[object] | None]:
     from indexers.pipeline import run_index
 
     tree = fetch(src)
@@ -142,12 +145,22 @@ def measure(src: Source, limit: int) -> list[object]:
     quality = "met" if h["MRR@10"] >= 1.3 * w40 and h["MRR@10"] > legs else "missed"
     share = h["tok@5"] / h["file_tok@5"] if h.get("file_tok@5") else 0.0
     cost = "met" if share <= 0.15 and h["hit@5"] >= m["bm25-w40"]["hit@5"] else "missed"
-    return [src.label, src.language, len(ev.queries), f"{lines:,} / {lines / len(files):.0f}",
-            st.spans_total,
-            w40, m["bm25-file"]["MRR@10"], m["dense"]["MRR@10"], m["lexical"]["MRR@10"],
-            h["MRR@10"], f"{h['MRR@10'] / w40:.2f}x" if w40 else "-",
-            f"{h['hit@5']:.3f} ({m['bm25-w40']['hit@5']:.3f})", h["hit@10"],
-            f"{share:.1%}", quality, cost]
+    row: list[object] = [
+        src.label, src.language, len(ev.queries), f"{lines:,} / {lines / len(files):.0f}",
+        st.spans_total,
+        w40, m["bm25-file"]["MRR@10"], m["dense"]["MRR@10"], m["lexical"]["MRR@10"],
+        h["MRR@10"], f"{h['MRR@10'] / w40:.2f}x" if w40 else "-",
+        f"{h['hit@5']:.3f} ({m['bm25-w40']['hit@5']:.3f})", h["hit@10"],
+        f"{share:.1%}", quality, cost]
+    if not fp32:
+        return row, None
+    run_index(settings_for(ev, "", REFERENCE, index_dir=index))
+    ref = score_run(ev, service_run(ev, REFERENCE, "hybrid-fp32", index_dir=index))
+    ref_dense = score_run(ev, service_run(ev, REFERENCE, "dense-fp32", fusion="dense",
+                                          index_dir=index))
+    diff = h["MRR@10"] - ref["MRR@10"]
+    return row, [src.label, m["dense"]["MRR@10"], ref_dense["MRR@10"], h["MRR@10"],
+                 ref["MRR@10"], f"{diff:+.3f}", "met" if diff >= -0.01 else "missed"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,17 +170,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="comma-separated slugs (axios, gin, ...): a partial run, "
                                    "printed only")
     ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--no-fp32", action="store_true",
+                    help="skip the fp32 reference (its indexes embed every span again)")
     args = ap.parse_args(argv)
     chosen = [s for s in SOURCES if not args.only or s.slug in args.only.split(",")]
-    rows = [measure(s, args.limit) for s in chosen]
+    measured = [measure(s, args.limit, not args.no_fp32) for s in chosen]
+    rows = [r for r, _ in measured]
+    ref_rows = [r for _, r in measured if r is not None]
     table = md_table(["library", "language", "questions", "lines / per file", "spans",
                       "BM25 40-line", "BM25 file", "dense", "lexical", "hybrid (default)",
                       "hybrid / BM25 40",
                       "hit@5 (BM25 40-line)", "hit@10", "tokens top 5 / their files",
                       "MRR@10 >= 1.3x BM25 40-line, above both legs",
                       "tokens <= 15%, hit@5 >= BM25 40-line's"], rows)
+    ref_table = md_table(["library", "dense int8, 160 tokens", "dense fp32, whole window",
+                          "hybrid int8, 160 tokens (default)", "hybrid fp32, whole window",
+                          "default - fp32", "at most 0.01 below fp32"], ref_rows)
     print(table)
-    if args.no_write or args.only:
+    if ref_rows:
+        print("\n" + ref_table)
+    if args.no_write or args.only or args.no_fp32:
         return 0
     write_section("heldout", "## Held-out sets: other languages, another docs tree\n\n"
                   "`python -m bench.heldout_languages`\n\n"
@@ -186,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
                   "(same file, half the gold lines covered); the kit's BM25 baselines run on the "
                   "same corpus; dense, lexical and hybrid are rag-eval's path over our spans "
                   "with the default int8 model. The share of tokens grows as files shrink: five "
-                  "answers of 20-40 lines are a large part of files of 80 lines.\n\n" + table)
+                  "answers of 20-40 lines are a large part of files of 80 lines.\n\n" + table
+                  + "\n\nThe default model (int8 weights, spans read to 160 tokens) against "
+                  "issue 6's reference, the fp32 model reading each span's whole window, on the "
+                  "same sets (MRR@10, rag-eval's path):\n\n" + ref_table)
     return 0
 
 
