@@ -430,7 +430,9 @@ def _rst_block_end(lines: list[str], i: int, *, quoted: bool) -> int:
                 end = k
         return end
     mark = lines[j].lstrip()[:1]
-    if quoted and j > i + 1 and mark in _RST_ADORN:  # a quoted literal block: "> ..." lines
+    # a quoted literal block: "> ..." lines; a directive (".. code-block::") is not one of them,
+    # or its first line would go to the block above and its body to the next piece
+    if quoted and j > i + 1 and mark in _RST_ADORN and not _RST_DIRECTIVE.match(lines[j]):
         end = j
         while end + 1 < len(lines) and lines[end + 1].lstrip()[:1] == mark:
             end += 1

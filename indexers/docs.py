@@ -18,7 +18,7 @@ from indexers.doc_formats import Doc, scan_dokuwiki, scan_markdown, scan_rst, sc
 from rag_mcp.spans import Chunk, split_lines
 
 #: bump when chunk boundaries, headings or meta change, so indexes rebuild cleanly
-DOCS_CHUNKER_VERSION = "2"
+DOCS_CHUNKER_VERSION = "3"
 
 FORMATS = ("markdown", "dokuwiki", "rst", "text")
 

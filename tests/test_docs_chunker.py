@@ -157,6 +157,18 @@ def test_rst_small_budget_never_splits_code_or_literal_blocks():
     assert not any("=" in (c.heading or "") for c in chunks)  # '# ====' in code is no title
 
 
+def test_rst_directive_after_a_literal_marker_is_not_a_quoted_literal_block():
+    # found by hypothesis: "Example::" then, past blank lines, a code-block at the same indent.
+    # Its ".." line looked like a quoted literal block ("." at the start of each line) and went
+    # to the piece above, its body to the next one.
+    text = "\nExample::\n\n \n\n.. code-block:: python\n\n   :\n"
+    chunks = chunk_doc(text, "rst", budget_chars=1)
+    assert_invariants(text, chunks)
+    assert_kept_whole(chunks, 6, 8)
+    quoted = "Example::\n\n> quoted\n> lines\n\nAfter.\n"  # a real quoted literal block
+    assert_kept_whole(chunk_doc(quoted, "rst", budget_chars=1), 3, 4)
+
+
 def test_plain_text_packs_paragraphs():
     text = read("notes.txt")
     assert outline(chunk_doc(text, "text")) == [(1, 14, None)]
