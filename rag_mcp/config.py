@@ -74,6 +74,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("join_gap", "query.join_gap", "RAG_JOIN_GAP", None, "int", -1, 1000),
     Knob("join_max_lines", "query.join_max_lines", "RAG_JOIN_MAX_LINES", None, "int", 1,
          100_000),
+    Knob("test_penalty", "query.test_penalty", "RAG_TEST_PENALTY", None, "float", 0.0, 1.0),
     Knob("rerank", "query.rerank", "RAG_RERANK", "--rerank", "bool"),
     Knob("reranker_model", "query.reranker_model", "RAG_RERANKER_MODEL", None, "str"),
     Knob("rerank_candidates", "query.rerank_candidates", "RAG_RERANK_CANDIDATES", None, "int", 2,
@@ -137,6 +138,7 @@ class Settings:
     max_query_chars: int
     join_gap: int
     join_max_lines: int
+    test_penalty: float
     rerank: bool
     reranker_model: str
     rerank_candidates: int

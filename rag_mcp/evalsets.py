@@ -26,6 +26,7 @@ import orjson
 
 from rag_mcp.errors import InvalidArgument
 from rag_mcp.metrics import LineSpan
+from rag_mcp.spans import is_test_file
 
 MAX_REPORTED = 10  # problems listed in one error message
 # Folders whose functions are distractors, never questions (CodeSearchNet's filter).
@@ -34,9 +35,6 @@ NON_LIBRARY = frozenset({"tests", "test", "testing", "examples", "example", "doc
 _ROLE = re.compile(r":[\w:.-]+:`~?([^`]*)`")
 _TICKS = re.compile(r"`+([^`]*)`+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
-# test files by name in any language: test_x.py, x_test.go, x.test.js, x.spec.ts, x_spec.rb,
-# XTest.java, XTests.cs
-_TEST_FILE = re.compile(r"(?:^|[._-])(?i:test|tests|spec)(?:[._-]|$)|[a-z0-9]Tests?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,11 +236,9 @@ def strip_docstrings(source: str) -> tuple[str, list[Documented]]:
 
 
 def is_library_path(rel: str) -> bool:
-    parts = rel.split("/")
-    stem = parts[-1].rsplit(".", 1)[0]
-    if _TEST_FILE.search(stem) or stem == "conftest":
+    if is_test_file(rel):
         return False
-    return not any(p.lower() in NON_LIBRARY for p in parts[:-1])
+    return not any(p.lower() in NON_LIBRARY for p in rel.split("/")[:-1])
 
 
 #: hides the documentation of one file: (rel path, text) -> (text, questions); raises

@@ -141,13 +141,13 @@ def query_alpha(cal: Calibration, n_terms: int, kind: str = "code") -> float:
 
 
 def fuse(cos: float, lex: float, cal: Calibration, n_terms: int = 0,
-         best_cos: float = 0.0, kind: str = "code") -> tuple[float, float]:
+         best_cos: float = 0.0, kind: str = "code", prior: float = 0.0) -> tuple[float, float]:
     """``(raw, calibrated)`` of one candidate span of ``kind`` with the default (convex) fusion,
     for a query of ``n_terms`` distinct lexical terms whose best candidate has cosine
-    ``best_cos``."""
+    ``best_cos``; ``prior`` is added to the raw score (a test file's penalty is negative)."""
     alpha = cal.alpha_for(kind)
     a_q = query_alpha(cal, n_terms, kind)
-    raw = convex(cos, lex, a_q) + (alpha - a_q) * best_cos
+    raw = convex(cos, lex, a_q) + (alpha - a_q) * best_cos + prior
     return raw, logistic(cal.a * raw + cal.b)
 
 

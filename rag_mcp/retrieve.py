@@ -24,7 +24,7 @@ from rag_mcp.errors import InvalidArgument
 from rag_mcp.fusion import FUSIONS, Calibration, calibration_for, fuse, rrf
 from rag_mcp.index import IndexHandle, OpenIndex
 from rag_mcp.lexical import tokenize
-from rag_mcp.spans import Span, query_embedding_text
+from rag_mcp.spans import Span, is_test_path, query_embedding_text
 
 LANGUAGE_ALIASES = {
     "py": "python", "js": "javascript", "ts": "typescript", "md": "markdown", "c#": "c_sharp",
@@ -33,6 +33,8 @@ LANGUAGE_ALIASES = {
     "yml": "yaml", "restructuredtext": "rst", "wiki": "dokuwiki", "txt": "text",
 }
 _GLOB = re.compile(r"[*?\[]")
+#: query tokens that ask about tests: a short query with one of them gets no test penalty
+TEST_WORDS = frozenset({"test", "tests", "testing", "tested", "unittest", "spec", "specs"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,16 +196,28 @@ class Retriever:
         timings["lexical_ms"] = (time.perf_counter() - t2) * 1000
 
         t3 = time.perf_counter()
-        hits = self._fuse(idx, qv, dense, lexical, n, bound, len(set(tokens)), filters, fusion,
-                          cal)
+        n_terms = len(set(tokens))
+        # a path filter chose the files to search: tests there are what was asked for
+        penalty = 0.0 if filters.path is not None else self.test_penalty(tokens, n_terms, cal)
+        hits = self._fuse(idx, qv, dense, lexical, n, bound, n_terms, filters, fusion, cal,
+                          penalty)
         timings["fusion_ms"] = (time.perf_counter() - t3) * 1000
         return Retrieval(hits, idx, cal, timings)
 
+    def test_penalty(self, tokens: list[str], n_terms: int, cal: Calibration) -> float:
+        """``query.test_penalty``, or 0 for a question-sized query that mentions tests (an
+        issue-sized one says "test" in passing: it still wants the code under test)."""
+        penalty = float(getattr(self.handle.settings, "test_penalty", 0.0) or 0.0)
+        if penalty and n_terms <= cal.terms and not TEST_WORDS.isdisjoint(tokens):
+            return 0.0
+        return penalty
+
     def _fuse(self, idx: OpenIndex, qv: np.ndarray | None, dense: list[tuple[str, float]],
               lexical: list[tuple[int, float]], n: int, bound: float, n_terms: int,
-              filters: Filters, fusion: str, cal: Calibration) -> list[Hit]:
+              filters: Filters, fusion: str, cal: Calibration, test_penalty: float = 0.0
+              ) -> list[Hit]:
         """Fuse the dense top list with the first ``n`` of ``lexical`` (read deeper, for the BM25
-        of dense candidates)."""
+        of dense candidates); code spans of test files lose ``test_penalty`` (convex only)."""
         catalog = idx.catalog
         assert catalog is not None and idx.vectors is not None
         deep = dict(lexical)
@@ -239,7 +253,9 @@ class Retriever:
             c, bm = cos.get(sid, 0.0), deep.get(sid, 0.0)
             lx = min(1.0, bm / bound) if bound > 0 else 0.0
             dr, lr = d_rank.get(sid), l_rank.get(sid)
-            raw, score = fuse(c, lx, cal, n_terms, best_cos, row.span.kind)
+            prior = -test_penalty if test_penalty and row.span.kind == "code" \
+                and is_test_path(row.span.path) else 0.0
+            raw, score = fuse(c, lx, cal, n_terms, best_cos, row.span.kind, prior)
             if fusion == "rrf":
                 raw = rrf(dr, lr)
             elif fusion == "dense":

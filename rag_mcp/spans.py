@@ -24,6 +24,23 @@ KINDS = ("code", "doc", "text")
 _ID_TAIL = re.compile(r":(\d{1,9})-(\d{1,9}):([0-9a-f]{12})\Z")
 
 
+# Test code by file name in any language (test_x.py, x_test.go, x.test.js, x.spec.ts, x_spec.rb,
+# XTest.java, XTests.cs, conftest.py) or by folder (tests/, test/, __tests__/, testing/, spec/).
+_TEST_FILE = re.compile(r"(?:^|[._-])(?i:test|tests|spec)(?:[._-]|$)|[a-z0-9]Tests?$")
+_TEST_DIRS = frozenset({"test", "tests", "__tests__", "testing", "spec", "specs"})
+
+
+def is_test_file(rel: str) -> bool:
+    """Whether the repo-relative file ``rel`` is named like a test (its folders are not read)."""
+    stem = rel.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    return stem == "conftest" or _TEST_FILE.search(stem) is not None
+
+
+def is_test_path(rel: str) -> bool:
+    """Whether ``rel`` is test code: a test file by name, or any file under a test folder."""
+    return is_test_file(rel) or any(p.lower() in _TEST_DIRS for p in rel.split("/")[:-1])
+
+
 def split_lines(text: str) -> list[str]:
     """Split file text into lines the way editors number them (only ``\\n`` ends a line)."""
     if not text:

@@ -274,3 +274,64 @@ async def test_rag_query_without_tau_applies_the_calibrated_default(sample_repo:
     assert all(h["score"] >= cal.tau for h in auto["hits"])
     assert any(h["score"] < cal.tau for h in zero["hits"])
     assert [h["id"] for h in auto["hits"]] == [h["id"] for h in zero["hits"]][:auto["returned"]]
+
+
+def test_code_in_test_files_loses_the_test_penalty(make_repo: Callable[..., Path],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from indexers.pipeline import run_index
+    from rag_mcp.retrieve import Filters
+
+    monkeypatch.setenv("RAG_EMBED_MODEL", HASH_MODEL)
+    body = '''
+        def parse_retry_header(value):
+            """Seconds to wait from a Retry-After header."""
+            return int(value.strip())
+        '''
+    root = make_repo({
+        "src/retry.py": body,
+        "tests/test_retry.py": body.replace("def parse_", "def test_parse_"),
+        "web/retry.spec.ts": "export function parseRetryHeader(value) { return Number(value) }\n",
+        "docs/tests/retry.md": "# Retry header\n\nparse retry header value seconds wait\n",
+    })
+    run_index(load_settings({"root": str(root)}))
+    plain = build_deps(load_settings({"root": str(root), "test_penalty": "0"})).retriever
+    tilted = build_deps(load_settings({"root": str(root)})).retriever
+    penalty = load_settings({"root": str(root)}).test_penalty
+    assert penalty > 0  # the default
+
+    def raws(r: object, q: str, filters: Filters | None = None) -> dict[str, float]:
+        return {h.span.path: h.raw for h in r.retrieve(q, filters or Filters()).hits}  # type: ignore[attr-defined]
+
+    q = "parse the retry header value into seconds"
+    before, after = raws(plain, q), raws(tilted, q)
+    assert before.keys() == after.keys() >= {"src/retry.py", "tests/test_retry.py",
+                                              "web/retry.spec.ts", "docs/tests/retry.md"}
+    for path, raw in before.items():
+        # code under tests/ or named like a test loses the penalty; prose never does
+        lost = path in ("tests/test_retry.py", "web/retry.spec.ts")
+        assert after[path] == pytest.approx(raw - penalty if lost else raw), path
+    # a short question about tests, and a path filter, leave the order alone
+    for q2, filters in (("tests for the retry header parser", None),
+                        (q, Filters.build(path="tests/**"))):
+        assert raws(tilted, q2, filters) == pytest.approx(raws(plain, q2, filters))
+    # an issue-sized text that says "test" in passing still prefers the code under test
+    issue = ("when the server sends a retry after header with spaces the client crashes while "
+             "parsing it; my test shows int() failing on the value; expected seconds to wait "
+             "before the next request, got a ValueError traceback from the header parser")
+    assert len(set(tokenize(issue))) > FALLBACK.terms
+    b, a = raws(plain, issue), raws(tilted, issue)
+    assert a["tests/test_retry.py"] == pytest.approx(b["tests/test_retry.py"] - penalty)
+
+
+def test_test_paths() -> None:
+    from rag_mcp.spans import is_test_file, is_test_path
+
+    for rel in ("tests/test_x.py", "pkg/x_test.go", "src/x.test.js", "src/x.spec.ts",
+                "spec/models/user_spec.rb", "src/test/java/a/FooTest.java", "a/FooTests.cs",
+                "conftest.py", "testing/python/approx.py", "web/__tests__/app.js"):
+        assert is_test_path(rel), rel
+    for rel in ("src/retry.py", "src/contest.py", "src/latest.py", "src/testimony.py",
+                "lib/attestation.go", "docs/guide.md", "src/spectrum.ts"):
+        assert not is_test_path(rel), rel
+    assert is_test_file("tests/test_x.py") and not is_test_file("tests/helpers.py")
+    assert is_test_path("tests/helpers.py")
