@@ -245,8 +245,9 @@ Why the misses (docs/RETRIEVAL.md, "Results against the targets", has the eviden
 queries are section headings that the kit blanks in the corpus, so a section loses its title
 from its text, name and embedding, and larger units (40-line windows, whole files) keep more of
 the neighbouring words; joining adjacent hits (rag_mcp/join.py) recovers part of that, whole
-files keep more. The docstring set is two-thirds lodash, whose many near-identical small
-wrappers a description cannot tell apart (hit@10 on requests and click is above lodash's).
+files keep more. On the docstring set, hit@10 is lowest on lodash (two-thirds of the set),
+whose many near-identical small wrappers a description cannot tell apart; requests and click
+ship their tests, which rank below the code they test (`query.test_penalty`, docs/RETRIEVAL.md).
 The defaults were not tuned per set (bench/calibrate.py chooses one setting for all four sets;
 the join limits were set before measuring, docs/RETRIEVAL.md).
 """
