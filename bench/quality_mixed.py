@@ -74,8 +74,9 @@ def curves_per_kind(curves: dict[str, tuple[float, float]]) -> Iterator[None]:
     import rag_mcp.retrieve as retrieve
 
     def fuse(cos: float, lex: float, cal: fusion.Calibration, n_terms: int = 0,
-             best_cos: float = 0.0, kind: str = "code") -> tuple[float, float]:
-        raw, _ = fusion.fuse(cos, lex, cal, n_terms, best_cos, kind)
+             best_cos: float = 0.0, kind: str = "code", prior: float = 0.0
+             ) -> tuple[float, float]:
+        raw, _ = fusion.fuse(cos, lex, cal, n_terms, best_cos, kind, prior)
         a, b = curves["prose" if kind in fusion.PROSE_KINDS else "code"]
         z = a * raw + b
         return z, fusion.logistic(z)
