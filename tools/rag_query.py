@@ -79,7 +79,8 @@ def rag_query(
         description="Only code spans, only docs/wiki spans, or both")] = "any",
     path: Annotated[str | None, Field(
         description="Only under this path prefix or glob, relative to the root, e.g. 'src/' or "
-                    "'**/*.py'", max_length=512)] = None,
+                    "'**/*.py'; 'tests/' to search tests, which otherwise rank after the code "
+                    "they test unless the query mentions tests", max_length=512)] = None,
     language: Annotated[str | None, Field(
         description="Only this language, e.g. python, typescript, markdown", max_length=40)] = None,
     include_text: Annotated[bool, Field(
