@@ -24,7 +24,7 @@ from rag_mcp.errors import InvalidArgument
 from rag_mcp.fusion import FUSIONS, Calibration, calibration_for, fuse, rrf
 from rag_mcp.index import IndexHandle, OpenIndex
 from rag_mcp.lexical import tokenize
-from rag_mcp.spans import Span, is_test_path, query_embedding_text
+from rag_mcp.spans import Span, is_test_code, query_embedding_text
 
 LANGUAGE_ALIASES = {
     "py": "python", "js": "javascript", "ts": "typescript", "md": "markdown", "c#": "c_sharp",
@@ -254,7 +254,7 @@ class Retriever:
             lx = min(1.0, bm / bound) if bound > 0 else 0.0
             dr, lr = d_rank.get(sid), l_rank.get(sid)
             prior = -test_penalty if test_penalty and row.span.kind == "code" \
-                and is_test_path(row.span.path) else 0.0
+                and is_test_code(row.span.path, row.span.symbol) else 0.0
             raw, score = fuse(c, lx, cal, n_terms, best_cos, row.span.kind, prior)
             if fusion == "rrf":
                 raw = rrf(dr, lr)

@@ -41,6 +41,13 @@ def is_test_path(rel: str) -> bool:
     return is_test_file(rel) or any(p.lower() in _TEST_DIRS for p in rel.split("/")[:-1])
 
 
+def is_test_code(rel: str, symbol: str | None) -> bool:
+    """Whether a code span is a test: in a test file or folder, or inside a test module of a
+    source file (Rust's ``mod tests``, whose items get the symbols ``tests.x``)."""
+    head, dot, _ = (symbol or "").partition(".")
+    return is_test_path(rel) or (bool(dot) and head in ("tests", "test"))
+
+
 def split_lines(text: str) -> list[str]:
     """Split file text into lines the way editors number them (only ``\\n`` ends a line)."""
     if not text:

@@ -292,6 +292,13 @@ def test_code_in_test_files_loses_the_test_penalty(make_repo: Callable[..., Path
         "tests/test_retry.py": body.replace("def parse_", "def test_parse_"),
         "web/retry.spec.ts": "export function parseRetryHeader(value) { return Number(value) }\n",
         "docs/tests/retry.md": "# Retry header\n\nparse retry header value seconds wait\n",
+        "src/lib.rs": (
+            "/// Seconds to wait from a Retry-After header.\n"
+            "pub fn parse_retry_header(value: &str) -> u64 {\n"
+            "    value.trim().parse().unwrap()\n}\n\n"
+            "#[cfg(test)]\nmod tests {\n    use super::*;\n\n"
+            "    #[test]\n    fn parse_retry_header_value_seconds() {\n"
+            "        assert_eq!(parse_retry_header(\" 5 \"), 5);\n    }\n}\n"),
     })
     run_index(load_settings({"root": str(root)}))
     plain = build_deps(load_settings({"root": str(root), "test_penalty": "0"})).retriever
@@ -302,14 +309,24 @@ def test_code_in_test_files_loses_the_test_penalty(make_repo: Callable[..., Path
     def raws(r: object, q: str, filters: Filters | None = None) -> dict[str, float]:
         return {h.span.path: h.raw for h in r.retrieve(q, filters or Filters()).hits}  # type: ignore[attr-defined]
 
+    def by_label(r: object, q: str) -> dict[tuple[str, str], float]:
+        return {(h.span.path, h.span.label): h.raw
+                for h in r.retrieve(q, Filters()).hits}  # type: ignore[attr-defined]
+
     q = "parse the retry header value into seconds"
-    before, after = raws(plain, q), raws(tilted, q)
-    assert before.keys() == after.keys() >= {"src/retry.py", "tests/test_retry.py",
-                                              "web/retry.spec.ts", "docs/tests/retry.md"}
-    for path, raw in before.items():
-        # code under tests/ or named like a test loses the penalty; prose never does
-        lost = path in ("tests/test_retry.py", "web/retry.spec.ts")
-        assert after[path] == pytest.approx(raw - penalty if lost else raw), path
+    before, after = by_label(plain, q), by_label(tilted, q)
+    assert before.keys() == after.keys() >= {
+        ("src/retry.py", "parse_retry_header"),
+        ("tests/test_retry.py", "test_parse_retry_header"),
+        ("src/lib.rs", "parse_retry_header"),
+        ("src/lib.rs", "tests.parse_retry_header_value_seconds"),
+        ("docs/tests/retry.md", "Retry header")}
+    assert any(p == "web/retry.spec.ts" for p, _ in before)
+    for (path, label), raw in before.items():
+        # code under tests/, named like a test or in Rust's `mod tests` loses the penalty;
+        # prose never does
+        lost = path in ("tests/test_retry.py", "web/retry.spec.ts") or label.startswith("tests.")
+        assert after[(path, label)] == pytest.approx(raw - penalty if lost else raw), path
     # a short question about tests, and a path filter, leave the order alone
     for q2, filters in (("tests for the retry header parser", None),
                         (q, Filters.build(path="tests/**"))):
@@ -324,7 +341,7 @@ def test_code_in_test_files_loses_the_test_penalty(make_repo: Callable[..., Path
 
 
 def test_test_paths() -> None:
-    from rag_mcp.spans import is_test_file, is_test_path
+    from rag_mcp.spans import is_test_code, is_test_file, is_test_path
 
     for rel in ("tests/test_x.py", "pkg/x_test.go", "src/x.test.js", "src/x.spec.ts",
                 "spec/models/user_spec.rb", "src/test/java/a/FooTest.java", "a/FooTests.cs",
@@ -335,3 +352,9 @@ def test_test_paths() -> None:
         assert not is_test_path(rel), rel
     assert is_test_file("tests/test_x.py") and not is_test_file("tests/helpers.py")
     assert is_test_path("tests/helpers.py")
+    # Rust keeps unit tests in the source file, in `mod tests`: its items are test code
+    assert is_test_code("src/parse.rs", "tests.parses_empty")
+    assert is_test_code("src/parse.rs", "test.Helper.new")
+    assert is_test_code("tests/it.rs", "main")
+    for symbol in ("parse", "Parser.test", "test", "tests", "testing.helper", None):
+        assert not is_test_code("src/parse.rs", symbol), symbol
