@@ -60,8 +60,9 @@ class Progress:
         eta = ""
         if self.files and self.total_files > self.files:
             eta = fmt_duration((self.total_files - self.files) * elapsed / self.files)
-        counts = (f"{self.files:,}/{self.total_files:,} files · {self.spans:,} spans "
-                  f"({self.embedded:,} embedded) · {rate:,.0f} spans/s")
+        counts = (f"{self.files:,}/{self.total_files:,} files · {self.spans:,} "
+                  f"{'span' if self.spans == 1 else 'spans'} ({self.embedded:,} embedded) · "
+                  f"{rate:,.0f} spans/s")
         return counts, eta
 
     def _draw(self, now: float) -> None:
