@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in SWEEP:
             m = metrics(ev, p)
             label = f"{p:g}" + (" (default)" if p == default else "")
-            rows.append([name, label, m["MRR@10"], m["hit@5"], m["hit@10"], m["tok@5"]])
+            rows.append([name, label, m["MRR@10"], m["hit@5"], m["hit@10"], f"{m['tok@5']:,.0f}"])
             print(rows[-1], flush=True)
     held: list[list[object]] = []
     for src in SOURCES:
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
               if line.strip()]
         ev = EvalSet(src.slug, d, qs)
         off, on = (metrics(ev, p, index_dir=HERE / "index") for p in (0.0, default))
-        held.append([src.label, off["MRR@10"], on["MRR@10"], on["MRR@10"] - off["MRR@10"],
+        held.append([src.label, off["MRR@10"], on["MRR@10"], f"{on['MRR@10'] - off['MRR@10']:+.3f}",
                      f"hit@10 {off['hit@10']:.3f} -> {on['hit@10']:.3f}"])
         print(held[-1], flush=True)
     body = (
