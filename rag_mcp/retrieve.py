@@ -207,7 +207,7 @@ class Retriever:
     def test_penalty(self, tokens: list[str], n_terms: int, cal: Calibration) -> float:
         """``query.test_penalty``, or 0 for a question-sized query that mentions tests (an
         issue-sized one says "test" in passing: it still wants the code under test)."""
-        penalty = float(getattr(self.handle.settings, "test_penalty", 0.0) or 0.0)
+        penalty = self.handle.settings.test_penalty
         if penalty and n_terms <= cal.terms and not TEST_WORDS.isdisjoint(tokens):
             return 0.0
         return penalty
