@@ -42,7 +42,7 @@ _BUNDLED_ALIASES = {BUNDLED, f"sentence-transformers/{BUNDLED}"}
 #: 128-1,024 tokens a call than at 32 spans of ~150 tokens, and more so in fp32
 MAX_BATCH_TOKENS = 512
 #: bumped when a backend's recipe changes the vectors it produces (see ``model_identity``)
-_FAMILY = {"onnx": "fp32", "torch": "fp32", "onnx-int8": "int8-pc-rr-v1"}
+_FAMILY = {"onnx": "fp32", "torch": "fp32", "onnx-int8": "int8-pc-rr-v2"}
 #: files whose content decides the vectors; module folders (pooling, dense) are added per model
 _WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "config.json", "tokenizer.json",
                  "tokenizer_config.json", "special_tokens_map.json", "modules.json",

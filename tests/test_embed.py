@@ -321,3 +321,101 @@ def test_two_processes_export_once(tmp_path):
     assert outs[0][0] == outs[1][0]
     (folder,) = (tmp_path / "onnx").iterdir()
     assert sorted(p.name for p in folder.iterdir()) == [".lock", "meta.json", "model.onnx"]
+
+
+def test_exported_layer_norms_are_plain_operators(onnx_fp32, onnx_int8):
+    """ORT's layer-norm kernels are slower than the same arithmetic as plain operators, so the
+    export writes them out; ORT must not fuse them back when it loads the graph."""
+    import onnx
+    import onnxruntime as ort
+
+    meta = json.loads((onnx_fp32.path.parent / "meta.json").read_text())
+    assert meta["fusions"]["PlainLayerNorm"] == 12  # 2 per layer, 6 layers
+    for path in (onnx_fp32.path, onnx_int8.path):
+        ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+        assert not ops & {"LayerNormalization", "SkipLayerNormalization"}, path.name
+        assert "ReduceSumSquare" in ops
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.optimized_model_filepath = str(path.parent / f"{path.stem}.loaded.onnx")
+        try:
+            ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            loaded = {n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node}
+        finally:
+            Path(so.optimized_model_filepath).unlink(missing_ok=True)
+        assert not loaded & {"LayerNormalization", "SkipLayerNormalization",
+                             "SimplifiedLayerNormalization"}, path.name
+
+
+def _ln_graph(op: str, opset: int, *, bias: bool, outputs: int) -> tuple[bytes, dict]:
+    """One fused layer-norm node over a (2, 5, 8) input with random constants."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    width = 8
+    consts = {"gamma": rng.normal(size=width), "beta": rng.normal(size=width),
+              "bias": rng.normal(size=width)}
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in consts.items()]
+    skip = op == "SkipLayerNormalization"
+    ins = ["x", "skip", "gamma", "beta"] + (["bias"] if bias else []) if skip else \
+        ["x", "gamma"] + (["beta"] if bias else [])
+    names = ["x", "skip"] if skip else ["x"]
+    shape, stat = [2, 5, width], [2, 5, 1]
+    # ``outputs``: how many of the node's outputs exist; with 4 (SkipLayerNormalization), the
+    # statistics are left unnamed and only the output and the residual sum are read
+    outs = [("y", shape), ("mean", stat), ("inv_std", stat), ("sum", shape)][:outputs]
+    if outputs == 4:
+        outs[1:3] = [("", stat), ("", stat)]
+    node = helper.make_node(op, ins, [o for o, _ in outs],
+                            domain="com.microsoft" if skip else "", epsilon=1e-6)
+    graph = helper.make_graph(
+        [node], "ln", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in names],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, dims) for o, dims in outs if o],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    feed = {n: rng.normal(size=shape).astype(np.float32) * 3 + 1 for n in names}
+    return model.SerializeToString(), feed
+
+
+@pytest.mark.parametrize(("op", "opset", "bias", "outputs"), [
+    ("LayerNormalization", 17, True, 1),
+    ("LayerNormalization", 17, False, 1),
+    ("LayerNormalization", 18, True, 1),
+    ("SkipLayerNormalization", 17, True, 1),
+    ("SkipLayerNormalization", 18, False, 1),
+    ("SkipLayerNormalization", 17, True, 4),  # the residual sum is read too
+])
+def test_plain_layer_norms_compute_what_the_fused_node_does(op, opset, bias, outputs):
+    import onnx
+    import onnxruntime as ort
+
+    from rag_mcp.embed_onnx import _plain_layer_norms
+
+    blob, feed = _ln_graph(op, opset, bias=bias, outputs=outputs)
+    model = onnx.load_from_string(blob)
+    assert _plain_layer_norms(model) == 1
+    assert op not in {n.op_type for n in model.graph.node}
+    onnx.checker.check_model(model)
+
+    def run(data: bytes) -> list[np.ndarray]:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, feed)
+
+    want, got = run(blob), run(model.SerializeToString())
+    assert len(got) == len(want) == (2 if outputs == 4 else 1)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_plain_layer_norms_keep_nodes_whose_statistics_are_used():
+    import onnx
+
+    from rag_mcp.embed_onnx import _plain_layer_norms
+
+    blob, _ = _ln_graph("LayerNormalization", 17, bias=True, outputs=2)  # Mean is a graph output
+    model = onnx.load_from_string(blob)
+    assert _plain_layer_norms(model) == 0
+    assert [n.op_type for n in model.graph.node] == ["LayerNormalization"]
