@@ -109,6 +109,9 @@ def _incompatible(manifest: dict[str, Any], settings: Settings, identity: str) -
             settings.embed_model, settings.embed_backend)
         if same_model and manifest.get("embed_max_tokens", 0) != settings.embed_max_tokens:
             return f"embed.max_tokens changed to {settings.embed_max_tokens}"
+        if same_model:  # new weights, or a new release computes this backend's vectors anew
+            return (f"the vectors of {settings.embed_model} ({settings.embed_backend}) changed "
+                    "(its weights or how this version computes them)")
         return f"the embedding model changed to {settings.embed_model} ({settings.embed_backend})"
     if manifest.get("config_hash") != settings.index_config_hash():
         return "index settings changed"

@@ -171,6 +171,22 @@ def test_an_index_embedded_from_another_text_form_is_rebuilt(sample_repo: Path) 
     assert run_index(s).rebuilt == ""
 
 
+def test_an_index_whose_vectors_were_computed_differently_is_rebuilt(sample_repo: Path) -> None:
+    # Same model, backend and reading, another identity: new weights, or a release whose export
+    # or quantization gives other vectors (the int8 family's version). Nothing may be reused.
+    s = settings_for(sample_repo)
+    first = run_index(s)
+    pointer = gen.read_pointer(s.index_path)
+    assert pointer is not None
+    manifest = gen.read_manifest(pointer.dir)
+    manifest["model_identity"] += "-previous-release"
+    (pointer.dir / gen.MANIFEST).write_bytes(orjson.dumps(manifest))
+    stats = run_index(s)
+    assert stats.rebuilt.startswith(f"the vectors of {HASH} (") and stats.published
+    assert stats.spans_total == first.spans_total
+    assert run_index(s).rebuilt == ""
+
+
 def test_damaged_index_is_rebuilt(sample_repo: Path) -> None:
     s = settings_for(sample_repo)
     first = run_index(s)
