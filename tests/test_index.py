@@ -154,37 +154,39 @@ def test_reading_spans_to_fewer_tokens_embeds_them_again(sample_repo: Path) -> N
     assert run_index(s2).embedded == 0
 
 
-def test_an_index_embedded_from_another_text_form_is_rebuilt(sample_repo: Path) -> None:
-    # An index built before EMBED_TEXT_VERSION 2 has no version in its manifest: its vectors
-    # were made from text the model no longer reads, so extending it would mix two forms.
-    s = settings_for(sample_repo)
+def _rebuilt_after_manifest_edit(s: Settings, edit: Callable[[dict], None]) -> str:
+    """Index, change the published manifest with ``edit``, index again: the rebuild reason (the
+    spans must come back the same and a third run must extend the rebuilt index)."""
     first = run_index(s)
     pointer = gen.read_pointer(s.index_path)
     assert pointer is not None
     manifest = gen.read_manifest(pointer.dir)
-    assert manifest["embed_text_version"] == EMBED_TEXT_VERSION
-    del manifest["embed_text_version"]
+    edit(manifest)
     (pointer.dir / gen.MANIFEST).write_bytes(orjson.dumps(manifest))
     stats = run_index(s)
-    assert stats.rebuilt == "the text the model reads for a span changed" and stats.published
-    assert stats.spans_total == first.spans_total
+    assert stats.published and stats.spans_total == first.spans_total
     assert run_index(s).rebuilt == ""
+    return stats.rebuilt
+
+
+def test_an_index_embedded_from_another_text_form_is_rebuilt(sample_repo: Path) -> None:
+    # An index built before EMBED_TEXT_VERSION 2 has no version in its manifest: its vectors
+    # were made from text the model no longer reads, so extending it would mix two forms.
+    def drop_version(manifest: dict) -> None:
+        assert manifest.pop("embed_text_version") == EMBED_TEXT_VERSION
+
+    why = _rebuilt_after_manifest_edit(settings_for(sample_repo), drop_version)
+    assert why == "the text the model reads for a span changed"
 
 
 def test_an_index_whose_vectors_were_computed_differently_is_rebuilt(sample_repo: Path) -> None:
     # Same model, backend and reading, another identity: new weights, or a release whose export
     # or quantization gives other vectors (the int8 family's version). Nothing may be reused.
-    s = settings_for(sample_repo)
-    first = run_index(s)
-    pointer = gen.read_pointer(s.index_path)
-    assert pointer is not None
-    manifest = gen.read_manifest(pointer.dir)
-    manifest["model_identity"] += "-previous-release"
-    (pointer.dir / gen.MANIFEST).write_bytes(orjson.dumps(manifest))
-    stats = run_index(s)
-    assert stats.rebuilt.startswith(f"the vectors of {HASH} (") and stats.published
-    assert stats.spans_total == first.spans_total
-    assert run_index(s).rebuilt == ""
+    def older_release(manifest: dict) -> None:
+        manifest["model_identity"] += "-previous-release"
+
+    why = _rebuilt_after_manifest_edit(settings_for(sample_repo), older_release)
+    assert why.startswith(f"the vectors of {HASH} (")
 
 
 def test_damaged_index_is_rebuilt(sample_repo: Path) -> None:
