@@ -32,7 +32,9 @@ class Progress:
         self.spans = 0
         self.embedded = 0
         self._start = time.monotonic()
-        self._last = 0.0
+        # None until the first line: the first update is always drawn, however long the
+        # machine has been up (monotonic time may start near 0 after a boot)
+        self._last: float | None = None
         self._drawn = False
 
     def log(self, message: str) -> None:
@@ -50,7 +52,7 @@ class Progress:
         self.spans += spans
         self.embedded += embedded
         now = time.monotonic()
-        if now - self._last >= self.interval:
+        if self._last is None or now - self._last >= self.interval:
             self._last = now
             self._draw(now)
 
