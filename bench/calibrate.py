@@ -6,7 +6,7 @@ candidate, relevance by the kit's rule), so hundreds of settings cost seconds:
 
 1. grid over alpha (weight of the cosine for code spans), alpha_prose (for documentation and
    plain-text spans), the name-field weight of BM25 and ``terms`` (the query length in
-   distinct terms beyond which the cosine's weight falls as terms / n, rag_mcp/fusion.py).
+   distinct terms beyond which the cosine's weight falls as terms / n, rag_mcp/search/fusion.py).
    The choice (bench/fusion_search.py ``choose``): the best MRR@10 averaged over the sets,
    each set weighing the same, among the settings that beat both single legs on every set —
    issue 3's own requirement used as a constraint — else the best mean. A leave-one-set-out
@@ -23,7 +23,7 @@ candidate, relevance by the kit's rule), so hundreds of settings cost seconds:
 
     .venv/bin/python -m bench.calibrate [--backend onnx-int8] [--sets docs,cosqa,...]
 
-Prints the ``CALIBRATIONS`` row for rag_mcp/fusion.py, draws docs/img/calibration-*.png and
+Prints the ``CALIBRATIONS`` row for rag_mcp/search/fusion.py, draws docs/img/calibration-*.png and
 rewrites the "quality-calibration" section of docs/BENCHMARKS.md.
 """
 
@@ -60,7 +60,7 @@ from bench.fusion_search import (
     setting,
 )
 from bench.quality_sets import SETS, SHORT, load_set
-from rag_mcp.fusion import query_alpha
+from rag_mcp.search.fusion import query_alpha
 
 IMG = ROOT / "docs" / "img"
 # Fine steps near 0: calibrated scores of the top hits sit mostly under 0.3 (few candidates of
@@ -387,7 +387,7 @@ tau sweep, hit@5 / mean tokens returned in the top 5 (rag_query keeps at least o
 ![scores](img/calibration-scores-{tag}.png)
 ![tau](img/calibration-tau-{tag}.png)
 
-`rag_mcp/fusion.py`: `{row}`
+`rag_mcp/search/fusion.py`: `{row}`
 """
     print(body)
     if not args.no_write:

@@ -68,8 +68,8 @@ def settings_for(root: Path, index_dir: Path, ignore: Sequence[str], chroma_url:
 
 def reopen(s: Any) -> float:
     """Seconds for a reader to open the current generation and answer one dense query."""
-    from rag_mcp import generation as gen
-    from rag_mcp.index import OpenIndex
+    from rag_mcp.index import generation as gen
+    from rag_mcp.index.handle import OpenIndex
 
     t0 = time.perf_counter()
     pointer = gen.read_pointer(s.index_path)
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     from rag_mcp.config import load_settings
-    from rag_mcp.embed import load_embedder
+    from rag_mcp.embed.core import load_embedder
 
     prepare()
     trees = {"30k": (LARGE / "django-30k", LARGE / "idx-small-onnx", ()),

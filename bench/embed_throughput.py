@@ -29,7 +29,7 @@ import numpy as np
 
 from bench._report import ROOT, WORK, md_table, median, pct, write_section
 from bench.quality_sets import DEFAULT_READ
-from rag_mcp.embed import (
+from rag_mcp.embed.core import (
     MAX_BATCH_TOKENS,
     TokenCounter,
     TorchEmbedder,
@@ -38,7 +38,7 @@ from rag_mcp.embed import (
     offline,
     resolve_model,
 )
-from rag_mcp.embed_onnx import OnnxEmbedder, export_dir, export_fp32
+from rag_mcp.embed.onnx import OnnxEmbedder, export_dir, export_fp32
 
 MODEL = "all-MiniLM-L6-v2"
 DEFAULT_CUT = DEFAULT_READ or 128
@@ -117,7 +117,7 @@ def load_and_rss(backend: str, cache_dir: Path) -> tuple[float, float]:
         "import sys, time\n"
         "from pathlib import Path\n"
         "t = time.perf_counter()\n"
-        "from rag_mcp.embed import load_embedder\n"
+        "from rag_mcp.embed.core import load_embedder\n"
         "e = load_embedder(sys.argv[1], sys.argv[2], cache_dir=Path(sys.argv[3]))\n"
         "e.embed_documents(['def f(x):\\n    return x'] * 32)\n"
         "hwm = [x for x in open('/proc/self/status') if x.startswith('VmHWM')][0]\n"
@@ -125,11 +125,11 @@ def load_and_rss(backend: str, cache_dir: Path) -> tuple[float, float]:
     )
     if backend == "st":
         code = code.replace(
-            "from rag_mcp.embed import load_embedder\n"
+            "from rag_mcp.embed.core import load_embedder\n"
             "e = load_embedder(sys.argv[1], sys.argv[2], cache_dir=Path(sys.argv[3]))\n"
             "e.embed_documents(",
             "from sentence_transformers import SentenceTransformer\n"
-            "from rag_mcp.embed import resolve_model\n"
+            "from rag_mcp.embed.core import resolve_model\n"
             "e = SentenceTransformer(str(resolve_model(sys.argv[1])), device='cpu')\n"
             "e.encode(")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",

@@ -5,7 +5,8 @@ body and on the name field and the cosine of every candidate. ``Q`` replays the 
 them: the candidates are the dense top ``POOL`` and the lexical top ``POOL`` (BM25 of body +
 w * name), every candidate's BM25 is read from the lexical top ``LOOKUP`` (``Retriever``'s
 deeper lookup; ``exact=False`` gives the BM25 of the lexical top list only, as before it), and
-the cosine's weight per query and candidate kind comes from ``rag_mcp.fusion.query_alpha``, the
+the cosine's weight per query and candidate kind comes from
+``rag_mcp.search.fusion.query_alpha``, the
 product's own code. At alpha = 0.6, w = 0.25 and the lexical top list only, this reproduced
 rag_query's MRR@10 on every set (bench/quality.py, "Retrieval quality"); at the per-kind default
 it is within 0.001 of rag_query's on every set.
@@ -32,9 +33,9 @@ import numpy as np
 
 from bench.quality_features import collect_legs
 from bench.quality_sets import load_set
-from rag_mcp.fusion import PROSE_KINDS, Calibration, query_alpha
-from rag_mcp.lexical import LexicalIndex
-from rag_mcp.retrieve import Retriever
+from rag_mcp.index.lexical import LexicalIndex
+from rag_mcp.search.fusion import PROSE_KINDS, Calibration, query_alpha
+from rag_mcp.search.retrieve import Retriever
 
 POOL = Retriever.POOL
 LOOKUP = Retriever.POOL * Retriever.LEX_LOOKUP
@@ -88,7 +89,7 @@ class Q:
 
     def fused(self, alpha: float, w: float, terms: float = math.inf,
               prose: float | None = None, exact: bool = True) -> np.ndarray:
-        """``raw`` of rag_mcp.fusion.fuse for every candidate (-inf outside the pool), with
+        """``raw`` of rag_mcp.search.fusion.fuse for every candidate (-inf outside the pool), with
         ``alpha`` for code spans and ``prose`` (None: alpha) for doc/text spans."""
         cal = rule(alpha, terms, prose)
         keep, lex = self.legs(w, exact)
@@ -178,7 +179,7 @@ def rule_families(data: dict[str, list[Q]], w: float, alphas: tuple[float, ...],
                   terms: tuple[float, ...], t_kind: float = 12.0
                   ) -> dict[str, list[tuple[str, Score]]]:
     """Each family: (label, score) settings, all at name weight ``w``."""
-    from rag_mcp.embed import TokenCounter, model_spec, resolve_model
+    from rag_mcp.embed.core import TokenCounter, model_spec, resolve_model
 
     spec = model_spec(resolve_model("all-MiniLM-L6-v2"))
     counter, window = TokenCounter(spec), spec.max_tokens

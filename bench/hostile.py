@@ -39,7 +39,7 @@ from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.errors import RagError
 from rag_mcp.llm import LocalLLM
-from rag_mcp.reader import open_inside
+from rag_mcp.search.reader import open_inside
 from tests import hostile_cases as hc
 from tests import hostile_io as hio
 from tests.mcp_helpers import over_stdio

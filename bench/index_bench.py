@@ -59,7 +59,7 @@ def fetch_sdist(spec: str) -> Path:
 
 def _chunk_files(args: tuple[str, list[str], int]) -> tuple[int, int, list[str]]:
     from indexers.chunking import chunk_file
-    from rag_mcp.spans import span_text
+    from rag_mcp.index.spans import span_text
 
     root, rels, budget = args
     spans = 0
@@ -160,7 +160,7 @@ def rounds(trees: list[Tree], target: str, n: int, backend: str) -> None:
 FLOOR = """\
 import sys
 from rag_mcp.config import load_settings
-from rag_mcp.embed import load_embedder
+from rag_mcp.embed.core import load_embedder
 s = load_settings({"embed_backend": sys.argv[1]})
 m = load_embedder(s.embed_model, s.embed_backend, cache_dir=s.model_cache_path)
 m.embed_documents(["def added(x):\\n    return x + 1"], s.embed_max_tokens)
@@ -189,7 +189,7 @@ def measure_floor(t: Tree, target: str, n: int, backend: str) -> Floor:
     long-lived in-process pipeline with its model loaded once (what a watcher does per save)."""
     from indexers.pipeline import run_index
     from rag_mcp.config import load_settings
-    from rag_mcp.embed import load_embedder
+    from rag_mcp.embed.core import load_embedder
 
     f = Floor()
     env = t.env(backend)
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
           f"files/s (2 processes), {spans:,} spans", flush=True)
 
     from rag_mcp.config import load_settings
-    from rag_mcp.embed import load_embedder
+    from rag_mcp.embed.core import load_embedder
 
     s = load_settings({"root": str(root), "embed_backend": args.backend})
     model = load_embedder(s.embed_model, args.backend, cache_dir=s.model_cache_path)

@@ -167,8 +167,8 @@ def raw_throughput(root: Path, ignore: Sequence[str], backend: str, n: int = 640
     """spans/s of the model alone on ``n`` embedded texts of this tree, cut as the indexer does."""
     from indexers import chunking, walk
     from rag_mcp.config import load_settings
-    from rag_mcp.embed import load_embedder
-    from rag_mcp.spans import span_text
+    from rag_mcp.embed.core import load_embedder
+    from rag_mcp.index.spans import span_text
 
     s = load_settings({"root": str(root), "embed_backend": backend})
     cands = walk.walk(root, extra_ignore=ignore).files

@@ -40,9 +40,9 @@ TEMPLATES = ("where is {} defined", "{}", "how does {} work", "what calls {}",
 
 def queries_for(root: Path, n: int, seed: int = 7) -> list[str]:
     """Distinct realistic queries: identifiers, questions about them, doc headings."""
-    from rag_mcp import generation as gen
-    from rag_mcp.catalog import Catalog
     from rag_mcp.config import load_settings
+    from rag_mcp.index import generation as gen
+    from rag_mcp.index.catalog import Catalog
 
     s = load_settings({"root": str(root)})
     pointer = gen.read_pointer(s.index_path)

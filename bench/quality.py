@@ -244,7 +244,7 @@ scored on that subset, and the plot's bar for that baseline is its subset score.
 Why the misses (docs/RETRIEVAL.md, "Results against the targets", has the evidence): the docs
 queries are section headings that the kit blanks in the corpus, so a section loses its title
 from its text, name and embedding, and larger units (40-line windows, whole files) keep more of
-the neighbouring words; joining adjacent hits (rag_mcp/join.py) recovers part of that, whole
+the neighbouring words; joining adjacent hits (rag_mcp/search/join.py) recovers part of that, whole
 files keep more. On the docstring set, hit@10 is lowest on lodash (two-thirds of the set),
 whose many near-identical small wrappers a description cannot tell apart; requests and click
 ship their tests, which rank below the code they test (`query.test_penalty`, docs/RETRIEVAL.md).

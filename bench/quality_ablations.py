@@ -20,7 +20,7 @@ from bench import quality_plots as plots
 from bench._report import md_table, write_section
 from bench.quality_runs import Run, score_run, service_run
 from bench.quality_sets import DEFAULT_READ, SETS, SHORT, WORK, EvalSet, index_all, load_set
-from rag_mcp.fusion import calibration_for
+from rag_mcp.search.fusion import calibration_for
 
 KS = (3, 5, 8, 10)
 TAUS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)

@@ -21,10 +21,10 @@ import orjson
 from bench._report import WORK
 from bench.quality_sets import EvalSet, settings_for
 from rag_mcp.deps import Deps, build_deps
-from rag_mcp.evaluate import eval_settings
-from rag_mcp.lexical import tokenize
-from rag_mcp.metrics import LineSpan, is_match
-from rag_mcp.retrieve import Filters
+from rag_mcp.eval.metrics import LineSpan, is_match
+from rag_mcp.eval.run import eval_settings
+from rag_mcp.index.lexical import tokenize
+from rag_mcp.search.retrieve import Filters
 
 FEATURES = WORK / "features"
 

@@ -27,7 +27,7 @@ from bench._report import WORK, md_table, write_section
 from bench.quality_runs import Run, score_run, service_run
 from bench.quality_sets import SHORT, EvalSet, load_set, settings_for
 from indexers.pipeline import run_index
-from rag_mcp import fusion
+from rag_mcp.search import fusion
 
 SETS = ("docs", "docstring")
 CODE_SETS = ("cosqa", "docstring", "swebench_lite")
@@ -71,7 +71,7 @@ def kind_curves(backend: str) -> dict[str, tuple[float, float]]:
 def curves_per_kind(curves: dict[str, tuple[float, float]]) -> Iterator[None]:
     """The retriever fuses as by default, then scores with its span kind's curve and ranks by
     that score (its logit stands in for ``raw``, which the retriever sorts on)."""
-    import rag_mcp.retrieve as retrieve
+    import rag_mcp.search.retrieve as retrieve
 
     def fuse(cos: float, lex: float, cal: fusion.Calibration, n_terms: int = 0,
              best_cos: float = 0.0, kind: str = "code", prior: float = 0.0

@@ -1,6 +1,6 @@
 """Runs of one system on one evaluation set, and their scores, for the quality bench.
 
-Our systems go through ``rag_mcp.evaluate.run_eval`` (what ``rag-eval`` runs: QueryService with
+Our systems go through ``rag_mcp.eval.run.run_eval`` (what ``rag-eval`` runs: QueryService with
 k = 10, tau = 0, budgets lifted), one index per corpus. Baselines come from
 bench/quality_windows.py. Every run is saved in the kit's run-file format under
 ``bench/.work/runs/`` (so ``score.py`` can check it) with each hit's calibrated score and each
@@ -20,9 +20,9 @@ import orjson
 from bench._report import WORK
 from bench.quality_sets import EvalSet, settings_for
 from rag_mcp.deps import build_deps
-from rag_mcp.evalsets import EvalQuery
-from rag_mcp.evaluate import eval_settings, run_eval
-from rag_mcp.metrics import FileLines, LineSpan, cost, mean, score_query
+from rag_mcp.eval.metrics import FileLines, LineSpan, cost, mean, score_query
+from rag_mcp.eval.run import eval_settings, run_eval
+from rag_mcp.eval.sets import EvalQuery
 
 RUNS = WORK / "runs"
 

@@ -26,9 +26,9 @@ import numpy as np
 from bench._report import WORK
 from bench.quality_sets import EvalSet
 from indexers.embcache import EmbeddingCache
-from rag_mcp.embed import Embedder, load_embedder, model_identity
-from rag_mcp.metrics import LineSpan
-from rag_mcp.spans import embedding_key
+from rag_mcp.embed.core import Embedder, load_embedder, model_identity
+from rag_mcp.eval.metrics import LineSpan
+from rag_mcp.index.spans import embedding_key
 
 WINDOW_CHARS = 1000
 OVERLAP_CHARS = 200

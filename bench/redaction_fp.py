@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench._report import ROOT, machine, md_table
-from rag_mcp.redact import find_secrets, redact
+from rag_mcp.search.redact import find_secrets, redact
 
 DEFAULT_LIBS = ("requests", "click", "urllib3", "pydantic", "starlette", "httpx", "aiohttp",
                 "oauthlib", "jwt", "mcp", "huggingface_hub", "chromadb", "transformers")

@@ -101,7 +101,7 @@ def server_command(tree: Path | None) -> list[str]:
         return [sys.executable, "-m", "rag_mcp"]
     paths = [str(tree), *dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))]
     return [sys.executable, "-S", "-c", f"import sys; sys.path[:0] = {paths!r}; "
-            "from rag_mcp.__main__ import main; sys.exit(main())"]
+            "from rag_mcp.serve.__main__ import main; sys.exit(main())"]
 
 
 def ensure_index(index_dir: Path, env: dict[str, str]) -> None:

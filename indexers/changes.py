@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexers import walk
-from rag_mcp.catalog import FileRecord
 from rag_mcp.config import Settings, index_base
-from rag_mcp.spans import content_hash
+from rag_mcp.index.catalog import FileRecord
+from rag_mcp.index.spans import content_hash
 
 # rel -> (size, mtime_ns, reason) of a file skipped after reading it
 SkippedFiles = dict[str, tuple[int, int, str]]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from indexers import code, docs, languages, windows
-from rag_mcp.spans import Chunk, split_lines
+from rag_mcp.index.spans import Chunk, split_lines
 
 # Bumped when the mapping from file to chunks changes in this module; the code and docs
 # chunkers carry their own versions.

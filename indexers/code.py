@@ -24,7 +24,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, NamedTuple
 
 from indexers.languages import grammar, parser_for
-from rag_mcp.spans import Chunk
+from rag_mcp.index.spans import Chunk
 
 if TYPE_CHECKING:
     from tree_sitter import Node
@@ -90,7 +90,8 @@ def chunk_code(text: str, language: str, *, budget_chars: int = 1500) -> list[Ch
     """Split a source file into definition spans; raises ``ParseFailed`` for an unusable tree.
 
     Every non-blank line lies in exactly one chunk; chunks are sorted, 1-based and inclusive,
-    numbered like ``rag_mcp.spans.split_lines``. ``language`` is a name from ``CODE_LANGUAGES``.
+    numbered like ``rag_mcp.index.spans.split_lines``.
+    ``language`` is a name from ``CODE_LANGUAGES``.
     """
     # split_lines would also drop a final "" and each "\r": only blank lines and line lengths
     # differ (by one), and blank lines never bound a span, so the cheaper split is enough here

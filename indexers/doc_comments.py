@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from indexers.code import ParseFailed, chunk_code
-from rag_mcp.evalsets import Documented, first_sentence
+from rag_mcp.eval.sets import Documented, first_sentence
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from indexers.doc_formats import Doc, scan_dokuwiki, scan_markdown, scan_rst, scan_text
-from rag_mcp.spans import Chunk, split_lines
+from rag_mcp.index.spans import Chunk, split_lines
 
 #: bump when chunk boundaries, headings or meta change, so indexes rebuild cleanly
 DOCS_CHUNKER_VERSION = "3"

@@ -1,7 +1,7 @@
 """``rag-eval``: measure retrieval on your own repository, through the same path as ``rag_query``.
 
 This is the command-line edge (arguments, files, stdout, and the docstring starter set, which
-drives the indexer); the evaluation itself is ``rag_mcp.evaluate``.
+drives the indexer); the evaluation itself is ``rag_mcp.eval.run``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import orjson
 
 from rag_mcp.config import Settings, index_base, load_settings
 from rag_mcp.errors import InvalidArgument, NotFound, RagError
-from rag_mcp.evalsets import (
+from rag_mcp.eval.metrics import FileLines
+from rag_mcp.eval.run import eval_settings, render, report_json, run_eval, run_lines
+from rag_mcp.eval.sets import (
     Documented,
     EvalQuery,
     docstring_set,
@@ -26,9 +28,7 @@ from rag_mcp.evalsets import (
     load_queries,
     strip_docstrings,
 )
-from rag_mcp.evaluate import eval_settings, render, report_json, run_eval, run_lines
-from rag_mcp.metrics import FileLines
-from rag_mcp.query import MAX_K
+from rag_mcp.search.query import MAX_K
 
 DESCRIPTION = """\
 Measure retrieval on your own repository: every query goes through the same path as the

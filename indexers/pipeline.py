@@ -6,7 +6,7 @@ or from the paths a file watcher saw change); only spans whose embedded text is 
 thread while the model embeds in the main thread (ONNX Runtime releases the GIL), so both cores
 work. The model is loaded only once a span turns out to need it, in a thread of its own, while
 the writer goes on storing spans and opening the vector store. Everything is written into a
-private ``tmp-`` generation and published atomically (rag_mcp.generation), which is what makes
+private ``tmp-`` generation and published atomically (rag_mcp.index.generation), which is what makes
 ``kill -9`` at any moment safe; a run stopped by Ctrl-C or ``cancel`` leaves the published index
 as it was and keeps the vectors computed so far.
 """
@@ -27,13 +27,13 @@ import orjson
 
 from indexers import changes, chunking, walk
 from indexers.progress import Progress
-from rag_mcp import generation as gen
-from rag_mcp.catalog import Catalog, FileRecord
 from rag_mcp.config import Settings, git_head, index_base
-from rag_mcp.embed import Embedder, load_embedder, model_identity
+from rag_mcp.embed.core import Embedder, load_embedder, model_identity
 from rag_mcp.errors import IndexUnavailable
-from rag_mcp.lexical import name_tokens, tokenize
-from rag_mcp.spans import (
+from rag_mcp.index import generation as gen
+from rag_mcp.index.catalog import Catalog, FileRecord
+from rag_mcp.index.lexical import name_tokens, tokenize
+from rag_mcp.index.spans import (
     EMBED_TEXT_VERSION,
     Span,
     content_hash,
@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from indexers.embcache import EmbeddingCache
-    from rag_mcp.lexical import LexicalIndex
-    from rag_mcp.store import VectorStore
+    from rag_mcp.index.lexical import LexicalIndex
+    from rag_mcp.index.store import VectorStore
 
 EMBED_FLUSH = 512  # texts gathered before embedding: larger pools batch by length better
 EMBED_SLICE = 128  # texts per model call, taken in length order from the pool
@@ -350,9 +350,9 @@ class _Run:
         # Imported here, not with the module: numpy, tantivy and the stores are ~0.15 s of
         # imports that a run finding nothing to update never needs.
         from indexers.embcache import EmbeddingCache
-        from rag_mcp.index import file_checksums, open_vectors
-        from rag_mcp.lexical import LexicalIndex
-        from rag_mcp.store import VectorStore
+        from rag_mcp.index.handle import file_checksums, open_vectors
+        from rag_mcp.index.lexical import LexicalIndex
+        from rag_mcp.index.store import VectorStore
 
         s, st = self.s, self.stats
         changed, touched, deleted = cs.changed, cs.touched, cs.deleted

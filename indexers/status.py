@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from indexers import walk
-from rag_mcp import generation as gen
-from rag_mcp.catalog import Catalog, FileRecord
 from rag_mcp.config import Settings, index_base
 from rag_mcp.errors import IndexUnavailable, NotFound
-from rag_mcp.index import index_command
-from rag_mcp.spans import content_hash
+from rag_mcp.index import generation as gen
+from rag_mcp.index.catalog import Catalog, FileRecord
+from rag_mcp.index.handle import index_command
+from rag_mcp.index.spans import content_hash
 
 
 @dataclass(frozen=True, slots=True)

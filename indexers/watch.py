@@ -14,7 +14,7 @@ so ``.git``, ``node_modules``, ``.venv``, build output and the index folder cost
 and no event storm during a build (a root with very many top-level folders gets one recursive
 watch instead).
 
-One watcher per index across processes: ``watcher.lock`` (``rag_mcp.generation``). A second
+One watcher per index across processes: ``watcher.lock`` (``rag_mcp.index.generation``). A second
 watcher logs that another process (pid) keeps the index fresh, stays a plain reader and takes
 over if that process stops. Each run still takes the writer lock without waiting: when a manual
 ``rag-index`` holds it, the batch is kept and retried.
@@ -50,10 +50,10 @@ from indexers.debounce import Batch
 from indexers.pipeline import RunCancelled, RunStats, run_index
 from indexers.progress import Progress
 from indexers.walk import IgnoreMatcher
-from rag_mcp import generation as gen
 from rag_mcp.config import Settings, find_git_root, index_base
-from rag_mcp.embed import Embedder, load_embedder
+from rag_mcp.embed.core import Embedder, load_embedder
 from rag_mcp.errors import IndexBusy, RagError
+from rag_mcp.index import generation as gen
 
 log = logging.getLogger(__name__)
 

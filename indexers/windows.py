@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rag_mcp.spans import Chunk
+from rag_mcp.index.spans import Chunk
 
 _PREVIEW_CHARS = 120
 

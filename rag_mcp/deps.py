@@ -13,15 +13,15 @@ from typing import Any
 
 from rag_mcp import __version__
 from rag_mcp.config import Settings
-from rag_mcp.embed import Embedder, load_embedder
-from rag_mcp.index import IndexHandle
+from rag_mcp.embed.core import Embedder, load_embedder
+from rag_mcp.index.handle import IndexHandle
 from rag_mcp.llm import LocalLLM
 from rag_mcp.logjson import ToolLog
-from rag_mcp.query import QueryService, Source
-from rag_mcp.repos import find_span, repo_names
-from rag_mcp.rerank import CrossEncoderReranker, load_cross_encoder
-from rag_mcp.retrieve import QueryVectors, Retriever
-from rag_mcp.spanget import SpanResult
+from rag_mcp.search.query import QueryService, Source
+from rag_mcp.search.repos import find_span, repo_names
+from rag_mcp.search.rerank import CrossEncoderReranker, load_cross_encoder
+from rag_mcp.search.retrieve import QueryVectors, Retriever
+from rag_mcp.search.spanget import SpanResult
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from rag_mcp.redact import redact
+from rag_mcp.search.redact import redact
 
 log = logging.getLogger(__name__)
 

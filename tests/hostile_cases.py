@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from rag_mcp.spans import digest
+from rag_mcp.index.spans import digest
 
 HASH = "test-hash-64"
 CANARY = "OUTSIDE-THE-ROOT-c4n4ry"  # the first line of every file planted outside the root

@@ -26,7 +26,7 @@ from mcp.types import CallToolResult
 
 from rag_mcp.config import Settings
 from rag_mcp.deps import Deps
-from rag_mcp.server import RagServer, build_server
+from rag_mcp.serve.server import RagServer, build_server
 from tests.hostile_cases import FOLLOW_UP_ID, follow_up, traffic_cases
 from tests.mcp_helpers import error_code, hash_deps, text
 
@@ -57,7 +57,7 @@ def direct(deps: Deps, tool: str, **args: Any) -> tuple[str, str]:
     """(code, everything a client would receive) for one call made without the MCP layer: the
     tool function, then the same rendering and structured dump the server sends."""
     from rag_mcp.errors import RagError
-    from rag_mcp.server import CONNECTOR_SPECS, SPECS
+    from rag_mcp.serve.server import CONNECTOR_SPECS, SPECS
 
     spec = next(s for s in SPECS + CONNECTOR_SPECS if s.name == tool)
     try:
@@ -293,11 +293,11 @@ def consistency(settings: Settings) -> tuple[int, list[str]]:
     is unchanged on disk reads back exactly."""
     import hashlib
 
-    from rag_mcp import generation as gen
     from rag_mcp.errors import RagError
-    from rag_mcp.index import OpenIndex
-    from rag_mcp.reader import read_span
-    from rag_mcp.spans import digest
+    from rag_mcp.index import generation as gen
+    from rag_mcp.index.handle import OpenIndex
+    from rag_mcp.index.spans import digest
+    from rag_mcp.search.reader import read_span
 
     pointer = gen.read_pointer(settings.index_path)
     if pointer is None:
@@ -351,11 +351,11 @@ def reader_main(root: str, queries: int, seed: int, pause: float = 0.0) -> dict[
     checked against the catalog of the generation that answered it."""
     import random
 
-    from rag_mcp import generation as gen
-    from rag_mcp.catalog import Catalog
     from rag_mcp.config import load_settings
-    from rag_mcp.query import QueryParams
-    from rag_mcp.spans import digest
+    from rag_mcp.index import generation as gen
+    from rag_mcp.index.catalog import Catalog
+    from rag_mcp.index.spans import digest
+    from rag_mcp.search.query import QueryParams
 
     s = load_settings({"root": root, "embed_model": "test-hash-64"})
     deps = hash_deps(s)
@@ -402,8 +402,8 @@ READER = ("import sys, orjson; from tests.hostile_io import reader_main; "
 
 def catalog_ids(settings: Settings) -> list[str]:
     """Every span ID of the published generation, by path and line."""
-    from rag_mcp import generation as gen
-    from rag_mcp.catalog import Catalog
+    from rag_mcp.index import generation as gen
+    from rag_mcp.index.catalog import Catalog
 
     pointer = gen.read_pointer(settings.index_path)
     assert pointer is not None, "no index"

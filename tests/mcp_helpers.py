@@ -16,8 +16,8 @@ from mcp.types import CallToolResult, TextContent
 
 from rag_mcp.config import Settings
 from rag_mcp.deps import Deps, build_deps
-from rag_mcp.embed import load_embedder
-from rag_mcp.server import RagServer, build_server
+from rag_mcp.embed.core import load_embedder
+from rag_mcp.serve.server import RagServer, build_server
 
 
 def hash_deps(settings: Settings) -> Deps:

@@ -19,10 +19,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rag_mcp import generation as gen
-from rag_mcp.catalog import Catalog
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.index import OpenIndex, open_vectors
+from rag_mcp.index import generation as gen
+from rag_mcp.index.catalog import Catalog
+from rag_mcp.index.handle import OpenIndex, open_vectors
 from tests.mcp_helpers import error_code, over_stdio
 
 pytestmark = pytest.mark.slow
@@ -177,7 +177,7 @@ def test_server_mode_leaves_this_process_clean(
     same process connects to (a shared chromadb Settings object once made every later test in a
     pytest run fail with "cannot open the vector store")."""
     from indexers.pipeline import run_index
-    from rag_mcp import store
+    from rag_mcp.index import store
 
     proto = store._settings_prototype()
     impl = proto.chroma_api_impl

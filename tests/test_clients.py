@@ -13,10 +13,10 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from indexers.pipeline import run_index
-from rag_mcp import clients
-from rag_mcp.__main__ import main
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.errors import ConfigError, InvalidArgument
+from rag_mcp.serve import clients
+from rag_mcp.serve.__main__ import main
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -19,7 +19,7 @@ from indexers.languages import (
     code_language_for_shebang,
     grammar,
 )
-from rag_mcp.spans import Chunk, span_text, split_lines
+from rag_mcp.index.spans import Chunk, span_text, split_lines
 
 FIXTURES = Path(__file__).parent / "fixtures" / "code"
 LANGUAGES = [lang.name for lang in CODE_LANGUAGES]

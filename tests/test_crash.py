@@ -14,10 +14,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rag_mcp import generation as gen
-from rag_mcp.catalog import Catalog
 from rag_mcp.config import load_settings
-from rag_mcp.index import OpenIndex
+from rag_mcp.index import generation as gen
+from rag_mcp.index.catalog import Catalog
+from rag_mcp.index.handle import OpenIndex
 from tests.repo_helpers import write_repo
 
 HASH = "test-hash-64"
@@ -91,8 +91,8 @@ READER = textwrap.dedent("""
     import os, sys, time, orjson
     from rag_mcp.config import load_settings
     from rag_mcp.deps import build_deps
-    from rag_mcp.query import QueryParams
-    from rag_mcp.embed import load_embedder
+    from rag_mcp.search.query import QueryParams
+    from rag_mcp.embed.core import load_embedder
     s = load_settings({"root": sys.argv[1], "embed_model": "test-hash-64"})
     deps = build_deps(
         s, embedder_factory=lambda m, b: load_embedder(m, b, cache_dir=s.model_cache_path))

@@ -103,7 +103,7 @@ def test_comment_runs_and_their_prose() -> None:
 
 
 def test_every_code_language_but_python_has_a_comment_syntax() -> None:
-    # Python's docstrings are read by its own parser (rag_mcp.evalsets.strip_docstrings)
+    # Python's docstrings are read by its own parser (rag_mcp.eval.sets.strip_docstrings)
     assert {lang.name for lang in CODE_LANGUAGES} - set(COMMENTS) == {"python"}
     with pytest.raises(ValueError):
         strip_doc_comments("x = 1", "python")

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexers.docs import DOCS_CHUNKER_VERSION, FORMATS, chunk_doc, detect_doc_format
-from rag_mcp.spans import Chunk, split_lines
+from rag_mcp.index.spans import Chunk, split_lines
 
 FIXTURES = Path(__file__).parent / "fixtures" / "docs"
 DW_REL = "data/pages/devops/backup.txt"

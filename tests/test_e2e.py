@@ -101,7 +101,7 @@ LIGHT = textwrap.dedent("""
     from mcp.shared.memory import create_connected_server_and_client_session
     from rag_mcp.config import load_settings
     from rag_mcp.deps import build_deps
-    from rag_mcp.server import build_server
+    from rag_mcp.serve.server import build_server
     import tools.rag_query, tools.rag_get_span, tools.rag_health
     s = load_settings({"root": sys.argv[1]})
     srv = build_server(s, lambda: build_deps(s))

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag_mcp import embed
-from rag_mcp.embed import HASH_MODEL, load_embedder, model_identity, plan_batches
-from rag_mcp.embed_onnx import OnnxEmbedder
+from rag_mcp.embed import core as embed
+from rag_mcp.embed.core import HASH_MODEL, load_embedder, model_identity, plan_batches
+from rag_mcp.embed.onnx import OnnxEmbedder
 from rag_mcp.errors import InvalidArgument
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,7 +173,7 @@ def test_export_is_cached_and_onnx_load_does_not_import_torch(onnx_fp32, onnx_in
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from rag_mcp.embed import load_embedder\n"
+        "from rag_mcp.embed.core import load_embedder\n"
         "for backend in ('onnx', 'onnx-int8'):\n"
         f"    e = load_embedder({MODEL!r}, backend, cache_dir=Path(sys.argv[1]))\n"
         "    assert e.embed_query('open a file').shape == (384,)\n"
@@ -247,7 +247,7 @@ def test_hash_model_is_deterministic_and_light(tmp_path):
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from rag_mcp.embed import HASH_MODEL, load_embedder\n"
+        "from rag_mcp.embed.core import HASH_MODEL, load_embedder\n"
         "e = load_embedder(HASH_MODEL, 'onnx', cache_dir=Path('.'))\n"
         "print(json.dumps(e.embed_query('def parse_args(argv)').tolist()))\n"
         "assert not {'torch', 'onnxruntime', 'tokenizers'} & set(sys.modules)\n"
@@ -307,7 +307,7 @@ def test_two_processes_export_once(tmp_path):
         "import logging, sys\n"
         "from pathlib import Path\n"
         "logging.basicConfig(level=logging.INFO)\n"
-        "from rag_mcp.embed import load_embedder\n"
+        "from rag_mcp.embed.core import load_embedder\n"
         f"e = load_embedder({MODEL!r}, 'onnx', cache_dir=Path(sys.argv[1]))\n"
         "print(' '.join(f'{x:.6f}' for x in e.embed_query('open a file')[:8]))\n"
     )
@@ -391,7 +391,7 @@ def test_plain_layer_norms_compute_what_the_fused_node_does(op, opset, bias, out
     import onnx
     import onnxruntime as ort
 
-    from rag_mcp.embed_onnx import _plain_layer_norms
+    from rag_mcp.embed.onnx import _plain_layer_norms
 
     blob, feed = _ln_graph(op, opset, bias=bias, outputs=outputs)
     model = onnx.load_from_string(blob)
@@ -413,7 +413,7 @@ def test_plain_layer_norms_compute_what_the_fused_node_does(op, opset, bias, out
 def test_plain_layer_norms_keep_nodes_whose_statistics_are_used():
     import onnx
 
-    from rag_mcp.embed_onnx import _plain_layer_norms
+    from rag_mcp.embed.onnx import _plain_layer_norms
 
     blob, _ = _ln_graph("LayerNormalization", 17, bias=True, outputs=2)  # Mean is a graph output
     model = onnx.load_from_string(blob)

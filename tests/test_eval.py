@@ -12,14 +12,14 @@ import orjson
 import pytest
 
 from rag_mcp.errors import InvalidArgument
-from rag_mcp.evalsets import (
+from rag_mcp.eval.metrics import LineSpan, cost, is_match, mean, score_query
+from rag_mcp.eval.sets import (
     docstring_set,
     first_sentence,
     is_library_path,
     parse_queries,
     strip_docstrings,
 )
-from rag_mcp.metrics import LineSpan, cost, is_match, mean, score_query
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval"
 HASH_MODEL = "test-hash-64"
@@ -241,7 +241,7 @@ def test_rag_eval_reports_the_kit_metrics_and_writes_a_run_file(
     first = rows[0]["results"][0]
     assert set(first) >= {"path", "start_line", "end_line", "id", "score"}
     # the run file scores the same with our scorer as the summary says
-    from rag_mcp.evalsets import load_queries
+    from rag_mcp.eval.sets import load_queries
 
     qs = {q.id: q for q in load_queries(FIXTURE / "queries.jsonl")}
     mrr = [score_query(qs[r["id"]].gold, [LineSpan.of(x) for x in r["results"]])["MRR@10"]

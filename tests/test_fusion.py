@@ -14,7 +14,8 @@ import pytest
 from rag_mcp.config import load_settings
 from rag_mcp.deps import Deps, build_deps
 from rag_mcp.errors import InvalidArgument
-from rag_mcp.fusion import (
+from rag_mcp.index.lexical import LexicalIndex, tokenize
+from rag_mcp.search.fusion import (
     CALIBRATIONS,
     FALLBACK,
     PROSE_KINDS,
@@ -25,7 +26,6 @@ from rag_mcp.fusion import (
     query_alpha,
     rrf,
 )
-from rag_mcp.lexical import LexicalIndex, tokenize
 
 HASH_MODEL = "test-hash-64"
 
@@ -143,7 +143,7 @@ def retriever_for(sample_repo: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_fusion_modes_order_by_their_own_evidence(retriever_for: Callable[..., Deps]) -> None:
-    from rag_mcp.retrieve import Filters
+    from rag_mcp.search.retrieve import Filters
 
     deps = retriever_for()
     r = deps.retriever
@@ -168,7 +168,7 @@ def test_fusion_modes_order_by_their_own_evidence(retriever_for: Callable[..., D
 
 def test_retriever_weights_long_queries_by_their_length(
         retriever_for: Callable[..., Deps]) -> None:
-    from rag_mcp.retrieve import Filters
+    from rag_mcp.search.retrieve import Filters
 
     r = retriever_for().retriever
     short = "retry with backoff"
@@ -190,7 +190,7 @@ def test_retriever_weights_long_queries_by_their_length(
 
 def test_retriever_weights_each_candidate_by_its_span_kind(
         retriever_for: Callable[..., Deps]) -> None:
-    from rag_mcp.retrieve import Filters
+    from rag_mcp.search.retrieve import Filters
 
     r = retriever_for().retriever
     q = "install the demo and start the service"
@@ -214,7 +214,7 @@ def test_retriever_weights_each_candidate_by_its_span_kind(
 
 def test_dense_candidates_get_their_bm25_from_a_deeper_lexical_list(
         retriever_for: Callable[..., Deps]) -> None:
-    from rag_mcp.retrieve import Filters
+    from rag_mcp.search.retrieve import Filters
 
     deps = retriever_for()
     r = deps.retriever
@@ -230,7 +230,7 @@ def test_dense_candidates_get_their_bm25_from_a_deeper_lexical_list(
 
 def test_query_tau_setting_overrides_the_calibrated_default(
         retriever_for: Callable[..., Deps]) -> None:
-    from rag_mcp.query import QueryParams
+    from rag_mcp.search.query import QueryParams
 
     auto = retriever_for()
     model_tau = calibration_for(HASH_MODEL).tau
@@ -279,7 +279,7 @@ async def test_rag_query_without_tau_applies_the_calibrated_default(sample_repo:
 def test_code_in_test_files_loses_the_test_penalty(make_repo: Callable[..., Path],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from indexers.pipeline import run_index
-    from rag_mcp.retrieve import Filters
+    from rag_mcp.search.retrieve import Filters
 
     monkeypatch.setenv("RAG_EMBED_MODEL", HASH_MODEL)
     body = '''
@@ -341,7 +341,7 @@ def test_code_in_test_files_loses_the_test_penalty(make_repo: Callable[..., Path
 
 
 def test_test_paths() -> None:
-    from rag_mcp.spans import is_test_code, is_test_file, is_test_path
+    from rag_mcp.index.spans import is_test_code, is_test_file, is_test_path
 
     for rel in ("tests/test_x.py", "pkg/x_test.go", "src/x.test.js", "src/x.spec.ts",
                 "spec/models/user_spec.rb", "src/test/java/a/FooTest.java", "a/FooTests.cs",

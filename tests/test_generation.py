@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rag_mcp import generation as gen
 from rag_mcp.errors import IndexBusy, IndexUnavailable
+from rag_mcp.index import generation as gen
 
 
 def _fake_gen(base: Path, n: int) -> Path:
@@ -66,7 +66,8 @@ def test_second_writer_waits_or_fails_fast(tmp_path: Path) -> None:
     base = tmp_path / "idx"
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from rag_mcp.generation import WriterLock;"
+         "import sys, time; from pathlib import Path;"
+         "from rag_mcp.index.generation import WriterLock;"
          f"l = WriterLock(Path({str(base)!r})); l.acquire(wait=False); print('held', flush=True);"
          "sys.stdin.readline()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -22,9 +22,9 @@ import orjson
 import pytest
 
 from indexers.pipeline import run_index
-from rag_mcp import generation as gen
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.index import file_checksums
+from rag_mcp.index import generation as gen
+from rag_mcp.index.handle import file_checksums
 from tests import hostile_cases as hc
 from tests import hostile_io as hio
 from tests.test_crash import rag_index_cmd, write_repo

@@ -15,11 +15,11 @@ import anyio
 import pytest
 
 from indexers.pipeline import run_index
-from rag_mcp.catalog import Catalog
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.errors import RagError
-from rag_mcp.generation import CATALOG, read_pointer
-from rag_mcp.reader import open_inside
+from rag_mcp.index.catalog import Catalog
+from rag_mcp.index.generation import CATALOG, read_pointer
+from rag_mcp.search.reader import open_inside
 from tests import hostile_cases as hc
 from tests import hostile_io as hio
 from tests.ollama_fake import FakeOllama

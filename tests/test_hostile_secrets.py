@@ -17,7 +17,7 @@ import pytest
 
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.spans import digest
+from rag_mcp.index.spans import digest
 from tests import hostile_cases as hc
 from tests import hostile_io as hio
 from tests.mcp_helpers import hash_deps

@@ -24,12 +24,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
 from indexers.pipeline import run_index
-from rag_mcp import http as rag_http
-from rag_mcp.__main__ import main
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.errors import ConfigError
 from rag_mcp.logjson import LOG_NAME
-from rag_mcp.server import build_server
+from rag_mcp.serve import http as rag_http
+from rag_mcp.serve.__main__ import main
+from rag_mcp.serve.server import build_server
 from tests.mcp_helpers import error_code, hash_deps, over_stdio, text
 
 HASH = "test-hash-64"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from indexers.pipeline import run_index
-from rag_mcp import embed
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.embed import Embedder, HashEmbedder
+from rag_mcp.embed import core as embed
+from rag_mcp.embed.core import Embedder, HashEmbedder
 from rag_mcp.errors import InvalidArgument
 
 HASH = "test-hash-64"

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from indexers.pipeline import run_index
-from rag_mcp import generation as gen
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.index import OpenIndex, verify_checksums
-from rag_mcp.store import VectorStore
+from rag_mcp.index import generation as gen
+from rag_mcp.index.handle import OpenIndex, verify_checksums
+from rag_mcp.index.store import VectorStore
 from tests.repo_helpers import write_repo
 
 HASH = "test-hash-64"
@@ -252,7 +252,7 @@ def test_readers_use_the_rust_path_and_find_what_the_python_client_finds(
 
 def test_a_reader_falls_back_to_the_python_client_when_the_rust_path_cannot_open(
         big_index: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import rag_mcp.store as store_module
+    import rag_mcp.index.store as store_module
 
     pointer = gen.read_pointer(settings_at(*big_index).index_path)
     assert pointer is not None

@@ -12,10 +12,10 @@ import pytest
 from indexers.cli import main as rag_index
 from indexers.pipeline import run_index
 from indexers.status import index_status, list_spans
-from rag_mcp import generation as gen
-from rag_mcp.catalog import Catalog
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.spans import EMBED_TEXT_VERSION, digest, span_text, split_lines
+from rag_mcp.index import generation as gen
+from rag_mcp.index.catalog import Catalog
+from rag_mcp.index.spans import EMBED_TEXT_VERSION, digest, span_text, split_lines
 
 HASH = "test-hash-64"
 

@@ -8,8 +8,8 @@ import pytest
 
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.join import Placed, plan_joins
-from rag_mcp.spans import digest, make_span_id, parse_span_id
+from rag_mcp.index.spans import digest, make_span_id, parse_span_id
+from rag_mcp.search.join import Placed, plan_joins
 from tests.mcp_helpers import error_code, in_process, text
 
 HASH = "test-hash-64"

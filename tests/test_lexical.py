@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rag_mcp.lexical import LexicalIndex, split_identifier, tokenize
+from rag_mcp.index.lexical import LexicalIndex, split_identifier, tokenize
 
 
 def test_identifiers_are_kept_whole_and_split() -> None:

@@ -16,11 +16,11 @@ from mcp import ClientSession
 from mcp.shared.memory import create_connected_server_and_client_session
 
 from indexers.pipeline import run_index
-from rag_mcp.__main__ import _settings, build_parser
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.errors import ConfigError
-from rag_mcp.repos import qualify, repo_names, split_qualified
-from rag_mcp.server import build_server
+from rag_mcp.search.repos import qualify, repo_names, split_qualified
+from rag_mcp.serve.__main__ import _settings, build_parser
+from rag_mcp.serve.server import build_server
 from tests.mcp_helpers import error_code, hash_deps, in_process, over_stdio, text
 
 pytestmark = pytest.mark.anyio

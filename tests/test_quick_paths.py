@@ -11,9 +11,9 @@ import pytest
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.deps import Deps, build_deps
-from rag_mcp.embed import load_embedder
+from rag_mcp.embed.core import load_embedder
 from rag_mcp.errors import RagError
-from rag_mcp.server import _stale_count
+from rag_mcp.serve.server import _stale_count
 from tests.mcp_helpers import hash_deps, in_process
 from tools import rag_health, rag_query
 

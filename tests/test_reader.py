@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from rag_mcp.errors import InvalidArgument, NotFound, Stale
-from rag_mcp.reader import cap_text, check_relpath, open_inside, read_span
-from rag_mcp.spans import digest
+from rag_mcp.index.spans import digest
+from rag_mcp.search.reader import cap_text, check_relpath, open_inside, read_span
 
 
 @pytest.fixture

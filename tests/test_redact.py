@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag_mcp.redact import Redaction, find_secrets, redact
+from rag_mcp.search.redact import Redaction, find_secrets, redact
 
 
 def _load_corpus():

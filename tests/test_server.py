@@ -61,7 +61,7 @@ async def test_query_then_get_span_round_trip(indexed: Settings) -> None:
         assert "parse_span_id" in text(r)
         g = await session.call_tool("rag_get_span", {"span_id": hits[0]["id"]})
         assert not g.isError and g.structuredContent is not None
-        # the definition, with whatever adjacent span ranked among the hits (rag_mcp/join.py)
+        # the definition, with whatever adjacent span ranked among the hits (rag_mcp/search/join.py)
         assert "\ndef parse_span_id(" in "\n" + g.structuredContent["text"]
         assert g.structuredContent["stale"] is False
 

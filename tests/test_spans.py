@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rag_mcp.errors import InvalidArgument
-from rag_mcp.spans import (
+from rag_mcp.index.spans import (
     digest,
     embedding_key,
     embedding_text,

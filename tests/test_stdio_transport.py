@@ -1,4 +1,4 @@
-"""The server's own stdio transport (``rag_mcp.server.pipe_stdio``) on real pipes, in process."""
+"""The server's own stdio transport (``serve.server.pipe_stdio``) on real pipes, in process."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import anyio
 import orjson
 import pytest
 
-import rag_mcp.server as server_module
+import rag_mcp.serve.server as server_module
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.server import build_server, pipe_stdio
+from rag_mcp.serve.server import build_server, pipe_stdio
 from tests.mcp_helpers import hash_deps
 
 pytestmark = pytest.mark.anyio

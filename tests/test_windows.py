@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from indexers.windows import line_windows
-from rag_mcp.spans import split_lines
+from rag_mcp.index.spans import split_lines
 
 
 def ranges(chunks) -> list[tuple[int, int]]:

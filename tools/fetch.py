@@ -16,8 +16,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from rag_mcp.deps import Deps
-from rag_mcp.repos import MAX_NAME, qualify, split_qualified
-from rag_mcp.spans import MAX_ID_LEN
+from rag_mcp.index.spans import MAX_ID_LEN
+from rag_mcp.search.repos import MAX_NAME, qualify, split_qualified
 from tools._base import ToolSpec
 from tools.search import span_title, span_url
 

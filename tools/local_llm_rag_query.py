@@ -6,8 +6,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from rag_mcp.answer import MAX_SPAN_IDS, answer_locally
 from rag_mcp.deps import Deps
+from rag_mcp.search.answer import MAX_SPAN_IDS, answer_locally
 from tools._base import ToolSpec
 
 DESCRIPTION = (

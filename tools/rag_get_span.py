@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from rag_mcp.deps import Deps
-from rag_mcp.spanget import MAX_CONTEXT_LINES
-from rag_mcp.spans import MAX_ID_LEN
+from rag_mcp.index.spans import MAX_ID_LEN
+from rag_mcp.search.spanget import MAX_CONTEXT_LINES
 from tools._base import ToolSpec
 
 DESCRIPTION = (

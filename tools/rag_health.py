@@ -10,8 +10,8 @@ from pydantic import BaseModel, Field
 
 from rag_mcp.deps import Deps, Repo
 from rag_mcp.errors import IndexUnavailable, RagError
-from rag_mcp.fusion import calibration_for
-from rag_mcp.generation import SCHEMA_VERSION
+from rag_mcp.index.generation import SCHEMA_VERSION
+from rag_mcp.search.fusion import calibration_for
 from tools._base import ToolSpec
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def _index_facts(repo: Repo, *, wait: bool = True) -> tuple[dict[str, Any], RagE
 def repo_health(repo: Repo, *, wait: bool = True) -> tuple[RepoHealth, dict[str, Any]]:
     """One repository's status, and the facts of its index (empty when there is none).
     ``wait=False`` raises ``_WouldWait`` rather than open an index or walk the tree."""
-    from rag_mcp.index import index_command
+    from rag_mcp.index.handle import index_command
 
     cmd = index_command(repo.settings)
     facts, err = _index_facts(repo, wait=wait)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from rag_mcp.deps import Deps
-from rag_mcp.query import QueryAnswer, QueryHit, QueryParams
+from rag_mcp.search.query import QueryAnswer, QueryHit, QueryParams
 from tools._base import ToolSpec
 
 DESCRIPTION = (

@@ -17,9 +17,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from rag_mcp.deps import Deps
-from rag_mcp.query import QueryParams
-from rag_mcp.redact import redact_label
-from rag_mcp.repos import qualify
+from rag_mcp.search.query import QueryParams
+from rag_mcp.search.redact import redact_label
+from rag_mcp.search.repos import qualify
 from tools._base import ToolSpec
 
 DESCRIPTION = (

@@ -4,7 +4,7 @@
 network) and returns an embedder whose vectors are float32, L2-normalised and in input order.
 Backends: ``onnx`` (ONNX Runtime, fp32: the same vectors as torch), ``onnx-int8`` (dynamically
 quantized, faster, slightly different vectors) and ``torch`` (sentence-transformers). The ONNX
-files are exported once into ``cache_dir`` by ``rag_mcp.embed_onnx``; after that neither torch
+files are exported once into ``cache_dir`` by ``rag_mcp.embed.onnx``; after that neither torch
 nor sentence-transformers is imported. ``HASH_MODEL`` is a deterministic bag-of-hashed-tokens
 fake, registered like any model, for fast tests elsewhere in the project.
 
@@ -478,7 +478,7 @@ def load_embedder(model: str, backend: str, *, cache_dir: Path, threads: int = 0
     spec = model_spec(resolve_model(model), model)
     if backend == "torch":
         return TorchEmbedder(model, spec, threads, batch_size)
-    from rag_mcp.embed_onnx import OnnxEmbedder, ensure_onnx
+    from rag_mcp.embed.onnx import OnnxEmbedder, ensure_onnx
 
     onnx_file = ensure_onnx(model, spec, Path(cache_dir), quantized=backend == "onnx-int8")
     return OnnxEmbedder(model, backend, spec, onnx_file, threads=threads, batch_size=batch_size)

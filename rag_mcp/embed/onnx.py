@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from rag_mcp.embed import (
+from rag_mcp.embed.core import (
     ModelSpec,
     TokenCounter,
     normalise,

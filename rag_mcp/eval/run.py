@@ -2,7 +2,7 @@
 
 Every query goes through ``QueryService`` (what ``rag_query`` calls) with the response budgets
 lifted and, unless asked otherwise, tau = 0, so the ranking itself is what is measured. The
-scores follow the evaluation kit's rule (rag_mcp.metrics); ``run_lines`` writes the kit's
+scores follow the evaluation kit's rule (rag_mcp.eval.metrics); ``run_lines`` writes the kit's
 run-file format, so ``score.py QUERIES RUN.jsonl`` prints the same numbers. The command line
 (arguments, and the docstring starter set, which drives the indexer) is indexers/eval_cli.py.
 """
@@ -18,11 +18,11 @@ import orjson
 
 from rag_mcp.config import Settings
 from rag_mcp.errors import InvalidArgument
-from rag_mcp.evalsets import EvalQuery
-from rag_mcp.metrics import LineSpan, mean, score_query
-from rag_mcp.query import QueryParams, QueryService
+from rag_mcp.eval.metrics import LineSpan, mean, score_query
+from rag_mcp.eval.sets import EvalQuery
+from rag_mcp.search.query import QueryParams, QueryService
 
-log = logging.getLogger("rag_mcp.evaluate")
+log = logging.getLogger("rag_mcp.eval.run")
 
 
 @dataclass

@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 
 from rag_mcp.errors import InvalidArgument
-from rag_mcp.metrics import LineSpan
-from rag_mcp.spans import is_test_file
+from rag_mcp.eval.metrics import LineSpan
+from rag_mcp.index.spans import is_test_file
 
 MAX_REPORTED = 10  # problems listed in one error message
 # Folders whose functions are distractors, never questions (CodeSearchNet's filter).

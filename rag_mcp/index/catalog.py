@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from rag_mcp.spans import Span
+from rag_mcp.index.spans import Span
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

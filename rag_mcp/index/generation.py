@@ -7,7 +7,7 @@ Layout under ``<index_dir>/<collection>/``::
     watcher.lock       flock held by the one process watching the tree (rag-index/rag-mcp --watch)
     gen-000007/        a complete, immutable generation
         manifest.json  schema/chunker version, model, dimension, config hash, counts (written last)
-        spans.sqlite   every file (content hash) and span record (rag_mcp.catalog)
+        spans.sqlite   every file (content hash) and span record (rag_mcp.index.catalog)
         lexical/       the tantivy BM25 index
         chroma/        the vectors (embedded store only; a Chroma server keeps them otherwise)
         .readers       flock(LOCK_SH) by every process that has the generation open

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from rag_mcp import generation as gen
-from rag_mcp.catalog import Catalog
 from rag_mcp.config import Settings
 from rag_mcp.errors import IndexUnavailable, RagError
-from rag_mcp.lexical import LexicalIndex
-from rag_mcp.store import VectorStore
+from rag_mcp.index import generation as gen
+from rag_mcp.index.catalog import Catalog
+from rag_mcp.index.lexical import LexicalIndex
+from rag_mcp.index.store import VectorStore
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,8 @@
 Chroma keeps only vectors and their keys. A key is a hash of (model identity, embedded text), so
 a span whose lines moved but whose text did not keeps its vector, identical spans share one, and
 vectors of two models can never mix. Span text and metadata live in the generation's SQLite file
-(``rag_mcp.catalog``): measured at 50k spans, text inside Chroma cost ~8x the raw text on disk,
+(``rag_mcp.index.catalog``): measured at 50k spans, text inside Chroma cost ~8x the raw text on
+disk,
 and a Chroma ``where`` filter took 50-100 ms against ~5 ms unfiltered, so filters are applied to
 over-fetched candidates from our own metadata instead.
 

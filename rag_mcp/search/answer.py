@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from rag_mcp.deps import Deps
 from rag_mcp.errors import InvalidArgument, LLMUnavailable, RagError
 from rag_mcp.llm import SYSTEM_PROMPT, build_prompt
-from rag_mcp.query import QueryParams
-from rag_mcp.redact import redact
+from rag_mcp.search.query import QueryParams
+from rag_mcp.search.redact import redact
 
 MAX_SPAN_IDS = 20
 _CITE = re.compile(r"\[([^\[\]\s]+:\d+-\d+:[0-9a-f]{12})\]")

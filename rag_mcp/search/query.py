@@ -17,12 +17,12 @@ from cachetools import TTLCache
 
 from rag_mcp.config import Settings
 from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, Stale
-from rag_mcp.join import Placed, plan_joins
-from rag_mcp.reader import cap_text, join_parts, read_span
-from rag_mcp.redact import redact, redact_label
-from rag_mcp.repos import select
-from rag_mcp.retrieve import Filters, Hit, Retrieval, Retriever
-from rag_mcp.spans import Span, digest
+from rag_mcp.index.spans import Span, digest
+from rag_mcp.search.join import Placed, plan_joins
+from rag_mcp.search.reader import cap_text, join_parts, read_span
+from rag_mcp.search.redact import redact, redact_label
+from rag_mcp.search.repos import select
+from rag_mcp.search.retrieve import Filters, Hit, Retrieval, Retriever
 
 MAX_K = 20
 TOKEN_BYTES = 4  # the shared scorer's token estimate: ~4 characters a token
@@ -116,7 +116,7 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class _Joined:
-    """Adjacent hits of one file answered as one range (``rag_mcp.join``)."""
+    """Adjacent hits of one file answered as one range (``rag_mcp.search.join``)."""
 
     span: Span  # the lead hit's record over the joined range, with that range's digest
     text: str  # read from the file when every part still matched it
@@ -340,7 +340,7 @@ class QueryService:
 
     def _join(self, found: list[_Found], k: int, tau_of: Callable[[_Found], float]
               ) -> list[_Found]:
-        """The first ``k`` answers, adjacent hits of one file joined (``rag_mcp.join``); a hit
+        """The first ``k`` answers, adjacent hits of one file joined (``search.join``); a hit
         under tau never joins. When a part no longer matches its file, the parts stay apart.
 
         The groups are planned for the most rag_query ever returns (``MAX_K``) whatever ``k``

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rag_mcp.errors import InvalidArgument, NotFound, RagError, Stale
-from rag_mcp.spans import digest, make_span_id, span_text, split_lines
+from rag_mcp.index.spans import digest, make_span_id, span_text, split_lines
 
 TRUNCATED = "\n[truncated]"
 

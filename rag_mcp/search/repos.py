@@ -15,9 +15,9 @@ from typing import Protocol
 
 from rag_mcp.config import Settings
 from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, RagError, Stale
-from rag_mcp.index import IndexHandle
-from rag_mcp.spanget import SpanResult, get_span
-from rag_mcp.spans import parse_span_id
+from rag_mcp.index.handle import IndexHandle
+from rag_mcp.index.spans import parse_span_id
+from rag_mcp.search.spanget import SpanResult, get_span
 
 #: longest repository name; a longer one keeps its start and gets a hash of the whole path
 MAX_NAME = 100

@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from rag_mcp.embed import offline, resolve_model
+from rag_mcp.embed.core import offline, resolve_model
 from rag_mcp.errors import InvalidArgument, RagError
-from rag_mcp.index import IndexHandle
-from rag_mcp.retrieve import Hit
+from rag_mcp.index.handle import IndexHandle
+from rag_mcp.search.retrieve import Hit
 
 log = logging.getLogger(__name__)
 

@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from rag_mcp.catalog import SpanRow
-from rag_mcp.embed import Embedder
+from rag_mcp.embed.core import Embedder
 from rag_mcp.errors import InvalidArgument
-from rag_mcp.fusion import FUSIONS, Calibration, calibration_for, fuse, rrf
-from rag_mcp.index import IndexHandle, OpenIndex
-from rag_mcp.lexical import tokenize
-from rag_mcp.spans import Span, is_test_code, query_embedding_text
+from rag_mcp.index.catalog import SpanRow
+from rag_mcp.index.handle import IndexHandle, OpenIndex
+from rag_mcp.index.lexical import tokenize
+from rag_mcp.index.spans import Span, is_test_code, query_embedding_text
+from rag_mcp.search.fusion import FUSIONS, Calibration, calibration_for, fuse, rrf
 
 LANGUAGE_ALIASES = {
     "py": "python", "js": "javascript", "ts": "typescript", "md": "markdown", "c#": "c_sharp",

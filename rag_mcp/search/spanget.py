@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rag_mcp.catalog import Catalog, SpanRow
 from rag_mcp.config import Settings
 from rag_mcp.errors import InvalidArgument, NotFound, Stale
-from rag_mcp.index import IndexHandle
-from rag_mcp.reader import SpanText, cap_text, check_relpath, read_joined, read_span
-from rag_mcp.redact import redact, redact_label
-from rag_mcp.spans import Span, SpanId, parse_span_id
+from rag_mcp.index.catalog import Catalog, SpanRow
+from rag_mcp.index.handle import IndexHandle
+from rag_mcp.index.spans import Span, SpanId, parse_span_id
+from rag_mcp.search.reader import SpanText, cap_text, check_relpath, read_joined, read_span
+from rag_mcp.search.redact import redact, redact_label
 
 MAX_CONTEXT_LINES = 200
 
@@ -70,7 +70,7 @@ MAX_JOIN_CANDIDATES = 8
 
 def _joined(catalog: Catalog, root: Path, sid: SpanId, span_id: str, context_lines: int,
             settings: Settings, max_bytes: int | None) -> SpanResult:
-    """A range rag_query joined from two or more adjacent indexed spans (``rag_mcp.join``).
+    """A range rag_query joined from two or more adjacent indexed spans (``rag_mcp.search.join``).
 
     The exact range when indexed spans fill it (its answer is final: reading it already looks
     for the text elsewhere in the file); otherwise, for an ID handed out as the "moved" ID of a

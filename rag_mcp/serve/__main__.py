@@ -100,15 +100,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = _settings(args)
         if args.command == "ask":
-            from rag_mcp.server import ask
+            from rag_mcp.serve.server import ask
 
             return ask(settings, args.query, k=args.k, include_text=args.include_text,
                        as_json=args.json, config=args.config)
         if args.command == "config":
-            from rag_mcp.clients import client_config
+            from rag_mcp.serve.clients import client_config
 
             return client_config(settings, args.client, write=args.write)
-        from rag_mcp.server import serve
+        from rag_mcp.serve.server import serve
 
         if not args.http:
             _protect_stdout()

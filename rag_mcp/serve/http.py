@@ -51,9 +51,9 @@ from rag_mcp.errors import ConfigError, RagError
 if TYPE_CHECKING:
     import uvicorn
 
-    from rag_mcp.server import RagServer
+    from rag_mcp.serve.server import RagServer
 
-log = logging.getLogger("rag_mcp.http")
+log = logging.getLogger("rag_mcp.serve.http")
 
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/health"
@@ -390,7 +390,7 @@ def build_app(server: RagServer, settings: Settings) -> ASGIApp:
 def shared_deps(server: RagServer) -> Any:
     """Build the dependencies once for every session: the SDK runs the server's lifespan per
     HTTP session, and it then reuses these instead of building and closing its own."""
-    assert server.deps_factory is not None, "build the server with rag_mcp.server.build_server"
+    assert server.deps_factory is not None, "build it with server.build_server"
     server.deps = server.deps_factory()
     server.deps.warm_up()
     try:

@@ -8,7 +8,7 @@ from typing import Any
 
 from rag_mcp.deps import Deps, Repo
 from rag_mcp.errors import RagError
-from rag_mcp.query import QueryParams
+from rag_mcp.search.query import QueryParams
 
 SEARCH_TIPS = """\
 # Searching this repository with rag-mcp

@@ -43,13 +43,13 @@ from pydantic import Field, ValidationError
 from rag_mcp.config import Settings
 from rag_mcp.deps import Deps
 from rag_mcp.errors import E_INTERNAL, E_INVALID_ARGUMENT, E_NOT_FOUND, RagError
-from rag_mcp.redact import redact
-from rag_mcp.repos import repo_names
-from rag_mcp.resources import SEARCH_TIPS, explain_prompt, index_stats
+from rag_mcp.search.redact import redact
+from rag_mcp.search.repos import repo_names
+from rag_mcp.serve.resources import SEARCH_TIPS, explain_prompt, index_stats
 from tools import fetch, local_llm_rag_query, rag_get_span, rag_health, rag_query, search
 from tools._base import ToolSpec
 
-log = logging.getLogger("rag_mcp.server")
+log = logging.getLogger("rag_mcp.serve.server")
 
 INSTRUCTIONS = """\
 rag-mcp searches this repository's code and docs and returns small exact spans.
@@ -100,7 +100,7 @@ class RagServer(FastMCP):
     """FastMCP with coded errors and per-call logging around every tool."""
 
     deps: Deps | None = None
-    #: builds ``deps``; the HTTP transport calls it once for all sessions (rag_mcp.http)
+    #: builds ``deps``; the HTTP transport calls it once for all sessions (rag_mcp.serve.http)
     deps_factory: Callable[[], Deps] | None = None
 
     def client_info(self) -> dict[str, str]:
@@ -443,7 +443,7 @@ def serve(settings: Settings, *, http: bool = False, watch: bool = False) -> int
 
     transport: dict[str, Any] = {}
     if http:
-        from rag_mcp.http import fastmcp_options
+        from rag_mcp.serve.http import fastmcp_options
 
         transport = fastmcp_options(settings)
     # With --watch, the server and its watchers embed with one model (a second copy cost
@@ -472,7 +472,7 @@ def serve(settings: Settings, *, http: bool = False, watch: bool = False) -> int
                     shared.for_manifest, {"model": rs.embed_model, "backend": rs.embed_backend})))
     try:
         if http:
-            from rag_mcp.http import run_http
+            from rag_mcp.serve.http import run_http
 
             return run_http(server, settings)
         anyio.run(serve_stdio, server, backend_options=loop_options())

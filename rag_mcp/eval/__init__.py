@@ -1,0 +1,1 @@
+"""Retrieval evaluation: question sets, metrics and the evaluation run behind ``rag-eval``."""
