@@ -1,14 +1,15 @@
 """git's ignore patterns (.gitignore, .ragignore, info/exclude), matched in linear time.
 
-A pattern follows git's wildmatch with WM_PATHNAME: ``*``, ``?`` and ``[...]`` never match a
-``/``, ``**`` is special only as a whole path component, ``[[:alpha:]]`` classes, backslash
-escapes, unescaped trailing spaces dropped, ``!`` negates, a ``/`` anchors the pattern to its
-file's folder and a trailing ``/`` makes it match folders only. Each ignore file becomes RE2
-sets (google-re2): one call tells every rule that matches a path, in time linear in the path
-whatever the patterns, and the last of them decides. A backtracking engine cannot promise that:
-Python's ``re`` (which holds the GIL meanwhile) spent minutes on the one 25-character line
-``*?*?*?*?*?*?*?*?*?*?*?*?b``, and git itself on ``**/`` twenty times then ``x`` against a deep
-path (tests/test_hostile_index.py; figures in docs/SECURITY.md).
+A pattern follows git's wildmatch with WM_PATHNAME, on bytes as git compares them: ``*``, ``?``
+and ``[...]`` never match a ``/`` (``?`` and a set take one byte, so ``caf?.txt`` does not match
+``café.txt``), ``**`` is special only as a whole path component, ``[[:alpha:]]`` classes,
+backslash escapes, unescaped trailing spaces dropped, ``!`` negates, a ``/`` anchors the
+pattern to its file's folder and a trailing ``/`` makes it match folders only. Each ignore file
+becomes RE2 sets (google-re2): one call tells every rule that matches a path, in time linear in
+the path whatever the patterns, and the last of them decides. A backtracking engine cannot
+promise that: Python's ``re`` (which holds the GIL meanwhile) spent minutes on the one
+25-character line ``*?*?*?*?*?*?*?*?*?*?*?*?b``, and git itself over a minute on ``**/`` twenty
+times then ``x`` against a 13-level path (tests/test_hostile_index.py).
 
 The translation from pattern to expression is ours, tested against git itself on tricky and
 random rules (tests/test_walk.py), because the maintained matchers measured either follow git on
@@ -30,21 +31,22 @@ import re2
 log = logging.getLogger(__name__)
 
 _SLASH = 0x2F
-_SURROGATES = (0xD800, 0xDFFF)  # lone surrogates stand for undecodable bytes: never in a name
-_MAX_CHAR = 0x10FFFF
-_CLASSES: dict[str, tuple[tuple[int, int], ...]] = {
-    "alnum": ((0x30, 0x39), (0x41, 0x5A), (0x61, 0x7A)),
-    "alpha": ((0x41, 0x5A), (0x61, 0x7A)),
-    "blank": ((0x09, 0x09), (0x20, 0x20)),
-    "cntrl": ((0x00, 0x1F), (0x7F, 0x7F)),
-    "digit": ((0x30, 0x39),),
-    "graph": ((0x21, 0x7E),),
-    "lower": ((0x61, 0x7A),),
-    "print": ((0x20, 0x7E),),
-    "punct": ((0x21, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7E)),
-    "space": ((0x09, 0x0D), (0x20, 0x20)),
-    "upper": ((0x41, 0x5A),),
-    "xdigit": ((0x30, 0x39), (0x41, 0x46), (0x61, 0x66)),
+#: no path a walk meets is longer (PATH_MAX): a pattern that needs more bytes matches none
+_LONGEST_PATH = 4096
+_ANY_DIRS = rb"(?:.*/)?"
+_CLASSES: dict[bytes, tuple[tuple[int, int], ...]] = {
+    b"alnum": ((0x30, 0x39), (0x41, 0x5A), (0x61, 0x7A)),
+    b"alpha": ((0x41, 0x5A), (0x61, 0x7A)),
+    b"blank": ((0x09, 0x09), (0x20, 0x20)),
+    b"cntrl": ((0x00, 0x1F), (0x7F, 0x7F)),
+    b"digit": ((0x30, 0x39),),
+    b"graph": ((0x21, 0x7E),),
+    b"lower": ((0x61, 0x7A),),
+    b"print": ((0x20, 0x7E),),
+    b"punct": ((0x21, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7E)),
+    b"space": ((0x09, 0x0D), (0x20, 0x20)),
+    b"upper": ((0x41, 0x5A),),
+    b"xdigit": ((0x30, 0x39), (0x41, 0x46), (0x61, 0x66)),
 }
 #: RE2's memory per set; a lazily built DFA lives in it, so a set that compiles never fails to
 #: match (RE2::Set has no fallback, and its DFA never gives up for being slow)
@@ -55,172 +57,176 @@ class _Never(Exception):
     """The pattern can match no path (git's wildmatch gives up on it)."""
 
 
-def _without(ranges: list[tuple[int, int]], lo_out: int, hi_out: int) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for lo, hi in ranges:
-        if hi < lo_out or lo > hi_out:
-            out.append((lo, hi))
-            continue
-        if lo < lo_out:
-            out.append((lo, lo_out - 1))
-        if hi > hi_out:
-            out.append((hi_out + 1, hi))
-    return out
+def encode(text: str) -> bytes:
+    """A path or pattern as the bytes git compares (undecodable bytes come back as they were)."""
+    return text.encode("utf-8", "surrogateescape")
 
 
-def _char_class(ranges: list[tuple[int, int]], negated: bool) -> str:
-    """An RE2 class that never matches ``/`` (WM_PATHNAME) nor a lone surrogate."""
+def _byte(b: int) -> bytes:
+    return b"\\x%02x" % b
+
+
+def _char_class(ranges: list[tuple[int, int]], negated: bool) -> bytes:
+    """An RE2 class of bytes that never matches ``/`` (WM_PATHNAME)."""
     if negated:
-        ranges = [*ranges, (_SLASH, _SLASH), _SURROGATES]
+        ranges = [*ranges, (_SLASH, _SLASH)]
     else:
-        ranges = _without(_without(ranges, _SLASH, _SLASH), *_SURROGATES)
-        if not ranges:
+        kept: list[tuple[int, int]] = []
+        for lo, hi in ranges:
+            if lo <= _SLASH <= hi:
+                kept += [r for r in ((lo, _SLASH - 1), (_SLASH + 1, hi)) if r[0] <= r[1]]
+            else:
+                kept.append((lo, hi))
+        if not kept:
             raise _Never
-    body = "".join(f"\\x{{{lo:x}}}" if lo == hi else f"\\x{{{lo:x}}}-\\x{{{hi:x}}}"
-                   for lo, hi in ranges)
-    return f"[{'^' if negated else ''}{body}]"
+        ranges = kept
+    body = b"".join(_byte(lo) if lo == hi else _byte(lo) + b"-" + _byte(hi) for lo, hi in ranges)
+    return b"[" + (b"^" if negated else b"") + body + b"]"
 
 
-def _bracket(pat: str, i: int) -> tuple[str, int]:
+def _bracket(pat: bytes, i: int) -> tuple[bytes, int]:
     """Translate the ``[...]`` set starting after the ``[`` at ``pat[i - 1]`` like wildmatch."""
     n = len(pat)
-    negated = i < n and pat[i] in "!^"
+    negated = i < n and pat[i] in b"!^"
     i += negated
     ranges: list[tuple[int, int]] = []
-    prev: str | None = None
+    prev: int | None = None
     first = True
     while True:
         if i >= n:
             raise _Never  # unterminated: wildmatch gives up and the pattern matches nothing
         c = pat[i]
-        if c == "]" and not first:
+        if c == 0x5D and not first:  # "]"
             break
         first = False
-        if c == "\\":
+        if c == 0x5C:  # "\\"
             if i + 1 >= n:
                 raise _Never
             prev = pat[i + 1]
-            ranges.append((ord(prev), ord(prev)))
+            ranges.append((prev, prev))
             i += 2
-        elif c == "-" and prev is not None and i + 1 < n and pat[i + 1] != "]":
+        elif c == 0x2D and prev is not None and i + 1 < n and pat[i + 1] != 0x5D:  # "-"
             hi, i = pat[i + 1], i + 2
-            if hi == "\\":
+            if hi == 0x5C:
                 if i >= n:
                     raise _Never
                 hi, i = pat[i], i + 1
             # ``prev`` matched on its own already (wildmatch compares it before seeing the "-")
             if prev <= hi:  # a reversed range adds nothing
-                ranges.append((ord(prev), ord(hi)))
+                ranges.append((prev, hi))
             prev = None
-        elif c == "[" and pat.startswith(":", i + 1):
-            end = pat.find("]", i + 2)
+        elif c == 0x5B and pat.startswith(b":", i + 1):  # "[:class:]"
+            end = pat.find(b"]", i + 2)
             if end == -1:
                 raise _Never
-            if end - 1 >= i + 2 and pat[end - 1] == ":":
+            if end - 1 >= i + 2 and pat[end - 1] == 0x3A:
                 cls = _CLASSES.get(pat[i + 2:end - 1])
                 if cls is None:
                     raise _Never
                 ranges.extend(cls)
                 prev, i = None, end + 1
             else:
-                ranges.append((ord("["), ord("[")))
-                prev, i = "[", i + 1
+                ranges.append((c, c))
+                prev, i = c, i + 1
         else:
-            ranges.append((ord(c), ord(c)))
+            ranges.append((c, c))
             prev, i = c, i + 1
     return _char_class(ranges, negated), i + 1
 
 
-def _literal(c: str) -> str:
-    code = ord(c)
-    if _SURROGATES[0] <= code <= _SURROGATES[1]:
-        raise _Never
-    return c if c.isascii() and c.isalnum() else f"\\x{{{code:x}}}"
-
-
-def translate(pat: str, *, basename: bool) -> str:
-    """RE2 source for one pattern body under git's wildmatch with WM_PATHNAME; raises ``_Never``
-    for a pattern that matches nothing. ``basename``: matched against a name (no ``/``)."""
-    out: list[str] = []
+def translate(pat: bytes, *, basename: bool) -> bytes:
+    """RE2 source (Latin-1, over bytes) for one pattern body under git's wildmatch with
+    WM_PATHNAME; raises ``_Never`` for a pattern that matches nothing. ``basename``: matched
+    against a name (no ``/``)."""
+    out: list[bytes] = []
+    needs = 0  # bytes any match takes: a pattern that needs more than a path has is left out
     i, n = 0, len(pat)
     # git compares the literal head of a pattern itself and hands only the rest to wildmatch,
     # so a "**" right after that head counts as leading: "a**/b" matches "a/x/b".
-    head = next((k for k, ch in enumerate(pat) if ch in "*?[\\"), n)
+    head = next((k for k, ch in enumerate(pat) if ch in b"*?[\\"), n)
     while i < n:
         c = pat[i]
-        if c == "*":
+        if c == 0x2A:  # "*"
             j = i
-            while j < n and pat[j] == "*":
+            while j < n and pat[j] == 0x2A:
                 j += 1
             # "**" is special only as a whole path component; elsewhere it is a plain "*".
-            if (j - i > 1 and not basename and (i == head or pat[i - 1] == "/")
-                    and (j == n or pat[j] == "/")):
-                out.append(".*" if j == n else "(?:.*/)?")
+            if (j - i > 1 and not basename and (i == head or pat[i - 1] == _SLASH)
+                    and (j == n or pat[j] == _SLASH)):
+                if j == n:
+                    out.append(b".*")
+                elif not out or out[-1] != _ANY_DIRS:  # "**/**/" is "**/"
+                    out.append(_ANY_DIRS)
                 j += j < n
             else:
-                out.append("[^/]*")
+                out.append(b"[^/]*")
             i = j
-        elif c == "?":
-            out.append("[^/]")
+            continue
+        if c == 0x3F:  # "?": one byte, as in git (a multi-byte character takes several)
+            out.append(b"[^/]")
             i += 1
-        elif c == "[":
+        elif c == 0x5B:
             cls, i = _bracket(pat, i + 1)
             out.append(cls)
-        elif c == "\\":
+        elif c == 0x5C:
             if i + 1 == n:
                 raise _Never
-            out.append(_literal(pat[i + 1]))
+            out.append(_byte(pat[i + 1]))
             i += 2
         else:
-            out.append(_literal(c))
+            out.append(_byte(c))
             i += 1
-    return "".join(out)
+        needs += 1
+        if needs > _LONGEST_PATH:
+            raise _Never
+    return b"".join(out)
 
 
-def trim_trailing_spaces(line: str) -> str:
+def trim_trailing_spaces(line: bytes) -> bytes:
     """Drop unescaped trailing spaces like git: ``a\\ `` keeps one, a trailing ``\\`` keeps all."""
-    body = line.rstrip(" ")
+    body = line.rstrip(b" ")
     if body == line:
         return line
     # the run of backslashes before the spaces pairs up from its start: an odd one escapes the
     # first space
-    run = len(body) - len(body.rstrip("\\"))
-    return body + " " if run % 2 else body
+    run = len(body) - len(body.rstrip(b"\\"))
+    return body + b" " if run % 2 else body
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    source: str  # the RE2 expression, matched against the path below the rule file's folder
+    source: bytes  # the RE2 expression, matched against the path below the rule file's folder
     negated: bool
     dir_only: bool
     reason: str  # "gitignore" or "ragignore": the skip reason it gives
 
 
-def parse_lines(text: str, reason: str) -> list[Rule]:
+def parse_lines(data: bytes, reason: str) -> list[Rule]:
     """The rules of one ignore file, in file order; lines that can match nothing are left out."""
     rules: list[Rule] = []
-    for raw in text.removeprefix("\ufeff").split("\n"):
-        line = raw.removesuffix("\r")
-        if not line or line.startswith("#"):
+    for raw in data.removeprefix(b"\xef\xbb\xbf").split(b"\n"):
+        line = raw.removesuffix(b"\r")
+        if not line or line.startswith(b"#"):
             continue
         line = trim_trailing_spaces(line)
-        negated = line.startswith("!")
+        negated = line.startswith(b"!")
         line = line[negated:]
-        dir_only = line.endswith("/")
+        dir_only = line.endswith(b"/")
         line = line[: len(line) - dir_only]
         if not line:
             continue
-        basename = "/" not in line  # then it matches the last path component at any depth
+        basename = b"/" not in line  # then it matches the last path component at any depth
         try:
-            src = translate(line.removeprefix("/"), basename=basename)
+            src = translate(line.removeprefix(b"/"), basename=basename)
         except _Never:
             continue
-        rules.append(Rule(f"(?:.*/)?{src}" if basename else src, negated, dir_only, reason))
+        rules.append(Rule(_ANY_DIRS + src if basename else src, negated, dir_only, reason))
     return rules
 
 
 def _options() -> re2.Options:
     opts = re2.Options()
+    opts.encoding = re2.Options.Encoding.LATIN1  # bytes, as git's wildmatch compares them
     opts.dot_nl = True  # a name may hold a newline
     opts.log_errors = False
     opts.max_mem = _SET_MEMORY
@@ -240,7 +246,7 @@ def _compile(rules: Sequence[Rule], offset: int = 0) -> list[tuple[re2.Set, int]
         return [(rule_set, offset)]
     except re2.error:
         if len(rules) == 1:
-            log.warning("an ignore rule is too large to match and is left out (%d characters)",
+            log.warning("an ignore rule is too large to match and is left out (%d bytes)",
                         len(rules[0].source))
             return []
     half = len(rules) // 2
@@ -248,8 +254,8 @@ def _compile(rules: Sequence[Rule], offset: int = 0) -> list[tuple[re2.Set, int]
 
 
 class RuleFile:
-    """The rules of one ignore file, tied to its folder (``baselen`` characters of the
-    top-relative path); compiled once per kind of entry, when first asked."""
+    """The rules of one ignore file, tied to its folder (``baselen`` bytes of the top-relative
+    path); compiled once per kind of entry, when first asked."""
 
     __slots__ = ("baselen", "_rules", "_sets")
 
@@ -259,7 +265,7 @@ class RuleFile:
         self._rules = (tuple(r for r in rules if not r.dir_only), tuple(rules))
         self._sets: list[list[tuple[re2.Set, int]] | None] = [None, None]
 
-    def last_match(self, path: str, is_dir: bool) -> Rule | None:
+    def last_match(self, path: bytes, is_dir: bool) -> Rule | None:
         """The rule that decides for ``path`` (top-relative), None when no rule matches."""
         sets = self._sets[is_dir]
         if sets is None:
@@ -277,13 +283,13 @@ class RuleFile:
 Stack = tuple[RuleFile, ...]
 
 
-def parse_ignore(text: str, base: str = "", reason: str = "gitignore") -> Stack:
+def parse_ignore(text: str | bytes, base: str = "", reason: str = "gitignore") -> Stack:
     """The rules of one ignore file whose folder is ``base`` ("" or "dir/", top-relative)."""
-    rules = parse_lines(text, reason)
-    return (RuleFile(rules, len(base)),) if rules else ()
+    rules = parse_lines(encode(text) if isinstance(text, str) else text, reason)
+    return (RuleFile(rules, len(encode(base))),) if rules else ()
 
 
-def first_match(stack: Stack, path: str, is_dir: bool) -> Rule | None:
+def first_match(stack: Stack, path: bytes, is_dir: bool) -> Rule | None:
     """The rule that decides for ``path``: the last matching one of the first file that has one."""
     for rule_file in stack:
         rule = rule_file.last_match(path, is_dir)
@@ -300,4 +306,4 @@ def read_ignore_file(path: str, base: str, reason: str) -> Stack:
             data = fh.read()
     except OSError:
         return ()
-    return parse_ignore(data.decode("utf-8", "surrogateescape"), base, reason)
+    return parse_ignore(data, base, reason)

@@ -1,12 +1,12 @@
 """One index run: walk, diff against the current generation, chunk, embed, publish.
 
 Only new or changed files are read and re-chunked (``indexers.changes`` finds them, from a walk
-or from the paths a file watcher saw change); only spans whose embedded text is new to the index
-(and to the embedding cache) reach the model; spans of deleted files disappear. Chunking runs in a
-thread while the model embeds in the main thread (ONNX Runtime releases the GIL), so both cores
-work. The model is loaded only once a span turns out to need it, in a thread of its own, while
-the writer goes on storing spans and opening the vector store. Everything is written into a
-private ``tmp-`` generation and published atomically (rag_mcp.index.generation), which is what makes
+or from the paths a file watcher saw change; ``indexers.chunk_feed`` chunks them in a thread);
+only spans whose embedded text is new to the index (and to the embedding cache) reach the model
+(``indexers.vector_writer``); spans of deleted files disappear. The model is loaded only once a
+span turns out to need it, in a thread of its own (``indexers.model_loader``), while the writer
+goes on storing spans and opening the vector store. Everything is written into a private
+``tmp-`` generation and published atomically (``rag_mcp.index.generation``), which is what makes
 ``kill -9`` at any moment safe; a run stopped by Ctrl-C or ``cancel`` leaves the published index
 as it was and keeps the vectors computed so far.
 """

@@ -3,10 +3,10 @@
 A span's vector is keyed by (model identity, embedded text). For each span the writer stores,
 ``VectorWriter`` decides: the previous generation (or this run) already has that key, so the
 vector is reused; or the key waits in ``pending`` for a flush. A flush takes what the embedding
-cache holds, asks a shared store for what it holds, embeds the rest in slices of similar length
-(each slice lands in the cache at once, so a stopped run loses at most one) and writes the
-batch to the store in one call. At the end it drops the vectors no span uses any more and seals
-the store for readers.
+cache holds, asks the store which of the rest it holds already (a server shared by indexers
+may), embeds the rest in slices of similar length (each slice lands in the cache at once, so a
+stopped run loses at most one) and writes the batch to the store in one call. At the end it
+drops the vectors no span uses any more and seals the store for readers.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class VectorWriter:
     ``present``: the keys the previous generation's store holds. ``open_store`` is called once,
     when the store is first needed (after the model started loading, so the two overlap).
     ``shared``: the store may hold keys ``present`` does not list (a server shared by
-    indexers), which only a flush asks it about.
+    indexers); only a flush asks it, so new keys wait for the flush before deciding whether
+    the model must load.
     """
 
     def __init__(self, *, present: set[str], open_store: Callable[[], VectorStore],
@@ -113,11 +114,10 @@ class VectorWriter:
         keys = list(self.pending)
         cached = {k: self._looked_up.pop(k) for k in keys if k in self._looked_up}
         cached.update(self.cache.get([k for k in keys if k not in cached]))
-        if self._shared:
-            stored = self.open().stored_already([k for k in keys if k not in cached])
-            self.added.update(stored)
-            self.reused += len(stored)
-            keys = [k for k in keys if k not in stored]
+        stored = self.open().stored_already([k for k in keys if k not in cached])
+        self.added.update(stored)
+        self.reused += len(stored)
+        keys = [k for k in keys if k not in stored]
         out_keys = [k for k in keys if k in cached]
         out_vecs = [cached[k] for k in out_keys]
         self.reused += len(out_keys)

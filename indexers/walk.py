@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexers.ignore_rules import Stack, first_match, parse_ignore, read_ignore_file
+from indexers.ignore_rules import Stack, encode, first_match, parse_ignore, read_ignore_file
 from rag_mcp.config import find_git_root
 from rag_mcp.errors import InvalidArgument
 
@@ -273,7 +273,7 @@ class IgnoreMatcher:
                 return reason or "build_output"
             if rel == self._index_rel:
                 return "index_dir"
-        path = self._prefix + rel
+        path = encode(self._prefix + rel)
         rule = first_match(self._extra, path, is_dir) or first_match(stack, path, is_dir)
         if rule is not None and not rule.negated:
             return rule.reason

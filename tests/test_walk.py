@@ -261,6 +261,8 @@ CHECK_IGNORE = {
         "nested/*.md\n!nested/README.md\ndeep/**\n!deep/keep/\n!deep/keep/**\nx*/y?/\n"
         "**/cache\n\\*star\n[!a-m]only.txt\nq/*/\n"
         "*?*?*?*?*?*?*?*?*?*?*?*?b\n" + "**/" * 20 + "x\n\u00e9t\u00e9*.txt\n"
+        # git compares bytes: "?" and a set take one byte of a two-byte character
+        "caf?.txt\nn??.md\n[\u00e9]x\n"
     ),
     "sub/.gitignore": "!*.log\n*.tmp\n/only-here.txt\n!/anchored.txt\n",
     "sub/inner/.gitignore": "*\n!*/\n!*.py\n",
@@ -277,6 +279,7 @@ CHECK_PATHS = [
     "a" * 40, "a" * 30 + "b", "s/" + "c" * 20 + "b", "x", "d1/d2/x", "d1/x/y.c", "\u00e9t\u00e9-1.txt",
     "sub/b.log", "sub/c.tmp", "sub/only-here.txt", "sub/d/only-here.txt", "sub/inner/a.py",
     "sub/inner/a.txt", "sub/inner/w/b.py", "sub/inner/w/b.md", "excluded-1.c", "w/excluded-2/f.c",
+    "caf\u00e9.txt", "cafe.txt", "n\u00e9.md", "no.md", "ex", "\u00e9x",
 ]
 
 
