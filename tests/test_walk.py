@@ -276,7 +276,8 @@ CHECK_PATHS = [
     "Main.cfg", "main.cfg", "notes.txt~", "nested/a.md", "nested/README.md", "nested/deeper/b.md",
     "deep/f.c", "deep/keep/g.c", "deep/keep/h/i.c", "deep/other/j.c", "x1/y2/k.c", "x1/yy/k.c",
     "z/cache", "z/cache2", "*star", "astar", "zonly.txt", "aonly.txt", "q/r/s.c", "q/t.c",
-    "a" * 40, "a" * 30 + "b", "s/" + "c" * 20 + "b", "x", "d1/d2/x", "d1/x/y.c", "\u00e9t\u00e9-1.txt",
+    "a" * 40, "a" * 30 + "b", "s/" + "c" * 20 + "b", "x", "d1/d2/x", "d1/x/y.c",
+    "\u00e9t\u00e9-1.txt",
     "sub/b.log", "sub/c.tmp", "sub/only-here.txt", "sub/d/only-here.txt", "sub/inner/a.py",
     "sub/inner/a.txt", "sub/inner/w/b.py", "sub/inner/w/b.md", "excluded-1.c", "w/excluded-2/f.c",
     "caf\u00e9.txt", "cafe.txt", "n\u00e9.md", "no.md", "ex", "\u00e9x",
@@ -308,6 +309,37 @@ def test_matcher_agrees_with_git_check_ignore(tmp_path: Path) -> None:
     matcher = IgnoreMatcher(repo)
     got = {rel for rel in paths if matcher.is_ignored(rel, rel in dirs) == "gitignore"}
     assert got == ignored
+
+
+def test_rules_split_over_several_sets_keep_the_last_match(monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """When RE2's memory cap forces one file's rules into several sets, the last matching rule
+    still decides, and a rule too large alone is left out without losing the others."""
+    from indexers import ignore_rules
+
+    monkeypatch.setattr(ignore_rules, "_SET_MEMORY", 1 << 16)
+    text = "\n".join([f"*.e{i}" for i in range(300)] + ["!keep.e7", "big" + "?" * 3000])
+    stack = ignore_rules.parse_ignore(text)
+    assert len(stack) == 1
+
+    def verdict(path: bytes) -> bool | None:
+        rule = ignore_rules.first_match(stack, path, False)
+        return None if rule is None else not rule.negated
+
+    assert [verdict(p) for p in (b"a.e5", b"keep.e7", b"x/a.e299", b"none")] == [
+        True, False, True, None]
+    assert len(stack[0]._sets[0] or []) > 1  # the split happened
+
+
+def test_patterns_longer_than_any_path_are_left_out_and_globstars_fold() -> None:
+    from indexers.ignore_rules import encode, first_match, parse_ignore, translate
+
+    assert parse_ignore("?" * 4097 + "\n") == ()
+    fits = parse_ignore("?" * 4096 + "\n")
+    assert first_match(fits, b"a" * 4096, False) is not None
+    assert translate(b"a/**/**/**/b", basename=False) == translate(b"a/**/b", basename=False)
+    long_globstar = parse_ignore("**/" * 50_000 + "x\n")  # 150 kB, one line
+    assert first_match(long_globstar, encode("d/" * 40 + "x"), False) is not None
 
 
 # ---- rag-mcp's own rules ------------------------------------------------------------------------
