@@ -14,7 +14,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from indexers.doc_formats import Doc, scan_dokuwiki, scan_markdown, scan_rst, scan_text
+from indexers.doc_formats import Doc, scan_dokuwiki, scan_rst, scan_text
+from indexers.doc_markdown import scan_markdown
 from rag_mcp.index.spans import Chunk, split_lines
 
 #: bump when chunk boundaries, headings or meta change, so indexes rebuild cleanly

@@ -8,12 +8,12 @@ counts once; nothing under it is listed):
   next to a .NET project file), ``index_dir``; then by content marker once listed: a
   ``pyvenv.cfg`` or ``conda-meta`` inside means ``vendored``, a ``CACHEDIR.TAG`` ``build_output``.
   ``third_party`` is kept on purpose: it is often first-party or patched source.
-- ``gitignore`` / ``ragignore``: nested .gitignore files, .git/info/exclude, .ragignore at any
-  level (after .gitignore at the same level, so it can re-include), then ``extra_ignore``
-  (root-relative, highest precedence). A root inside a work tree also gets the ignore files above
-  it, though the root itself is never judged: asking for a folder indexes it. The user's global
-  core.excludesFile is not read, so the index does not depend on who builds it. A nested
-  repository is walked as a plain folder.
+- ``gitignore`` / ``ragignore`` (the patterns: ``indexers.ignore_rules``): nested .gitignore
+  files, .git/info/exclude, .ragignore at any level (after .gitignore at the same level, so it
+  can re-include), then ``extra_ignore`` (root-relative, highest precedence). A root inside a work
+  tree also gets the ignore files above it, though the root itself is never judged: asking for a
+  folder indexes it. The user's global core.excludesFile is not read, so the index does not
+  depend on who builds it. A nested repository is walked as a plain folder.
 - files: ``secret`` (see ``secret_file_reason``), ``lock_file``, ``minified``, ``generated`` and
   ``binary_ext`` by name, ``bad_name`` (not UTF-8);
 - after an lstat: ``symlink`` / ``symlink_outside`` (never followed), ``special`` (fifo, socket,
@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from indexers.ignore_rules import Stack, encode, first_match, parse_ignore, read_ignore_file
 from rag_mcp.config import find_git_root
 from rag_mcp.errors import InvalidArgument
 
@@ -166,188 +167,6 @@ def check_content(rel: str, data: bytes) -> str | None:
     return None
 
 
-# ---- gitignore patterns -------------------------------------------------------------------------
-
-_NEVER = "(?!)"
-_CLASSES = {
-    "alnum": "a-zA-Z0-9", "alpha": "a-zA-Z", "blank": " \\t", "cntrl": "\\x00-\\x1f\\x7f",
-    "digit": "0-9", "graph": "!-~", "lower": "a-z", "print": " -~",
-    "punct": "!-/:-@\\[-`{-~", "space": " \\t\\n\\r\\f\\v", "upper": "A-Z", "xdigit": "0-9A-Fa-f",
-}
-
-
-def _esc(c: str) -> str:
-    return "\\" + c if c in "\\]^-[" else c
-
-
-def _bracket(pat: str, i: int) -> tuple[str | None, int]:
-    """Translate a ``[...]`` set starting after the ``[`` like git's wildmatch; None = abort."""
-    n = len(pat)
-    negated = i < n and pat[i] in "!^"
-    i += negated
-    items: list[str] = []
-    prev: str | None = None
-    first = True
-    while True:
-        if i >= n:
-            return None, i  # unterminated: wildmatch gives up and the pattern matches nothing
-        c = pat[i]
-        if c == "]" and not first:
-            break
-        first = False
-        if c == "\\":
-            if i + 1 >= n:
-                return None, i
-            prev = pat[i + 1]
-            items.append(_esc(prev))
-            i += 2
-        elif c == "-" and prev is not None and i + 1 < n and pat[i + 1] != "]":
-            hi, i = pat[i + 1], i + 2
-            if hi == "\\":
-                if i >= n:
-                    return None, i
-                hi, i = pat[i], i + 1
-            if prev <= hi:  # a reversed range matches nothing in wildmatch; re rejects it
-                items.append(f"{_esc(prev)}-{_esc(hi)}")
-            prev = None
-        elif c == "[" and pat.startswith(":", i + 1):
-            end = pat.find("]", i + 2)
-            if end == -1:
-                return None, i
-            if end - 1 >= i + 2 and pat[end - 1] == ":":
-                cls = _CLASSES.get(pat[i + 2:end - 1])
-                if cls is None:
-                    return None, i
-                items.append(cls)
-                prev, i = None, end + 1
-            else:
-                items.append(_esc("["))
-                prev, i = "[", i + 1
-        else:
-            items.append(_esc(c))
-            prev, i = c, i + 1
-    body = "".join(items)
-    if negated:
-        return f"[^/{body}]", i + 1
-    return (f"(?!/)[{body}]" if body else "(?!)"), i + 1
-
-
-def _translate(pat: str) -> str:
-    """Regex source for one pattern body under git's wildmatch with WM_PATHNAME."""
-    out: list[str] = []
-    i, n = 0, len(pat)
-    # git compares the literal head of a pattern itself and hands only the rest to wildmatch,
-    # so a "**" right after that head counts as leading: "a**/b" matches "a/x/b".
-    head = next((k for k, ch in enumerate(pat) if ch in "*?[\\"), n)
-    while i < n:
-        c = pat[i]
-        if c == "*":
-            j = i
-            while j < n and pat[j] == "*":
-                j += 1
-            # "**" is special only as a whole path component; elsewhere it is a plain "*".
-            if j - i > 1 and (i == head or pat[i - 1] == "/") and (j == n or pat[j] == "/"):
-                out.append(".*" if j == n else "(?:.*/)?")
-                j += j < n
-            else:
-                out.append("[^/]*")
-            i = j
-        elif c == "?":
-            out.append("[^/]")
-            i += 1
-        elif c == "[":
-            cls, i = _bracket(pat, i + 1)
-            if cls is None:
-                return _NEVER
-            out.append(cls)
-        elif c == "\\":
-            if i + 1 == n:
-                return _NEVER
-            out.append(re.escape(pat[i + 1]))
-            i += 2
-        else:
-            out.append(re.escape(c))
-            i += 1
-    return "".join(out)
-
-
-@dataclass(frozen=True, slots=True)
-class _Rule:
-    match: Callable[[str], object]
-    negated: bool
-    dir_only: bool
-    basename: bool  # no slash in the pattern: matched against the last path component only
-    reason: str
-
-
-def _any_of(rules: list[tuple[_Rule, str]], on_name: bool, is_dir: bool
-            ) -> Callable[[str], object]:
-    alts = [f"(?:{src})" for r, src in rules
-            if r.basename is on_name and (is_dir or not r.dir_only)]
-    return re.compile("|".join(alts) or _NEVER, re.S).fullmatch
-
-
-class _RuleFile:
-    """The rules of one ignore file, last line first, tied to its folder (``baselen`` chars of
-    the top-relative path)."""
-
-    __slots__ = ("rules", "baselen", "quick")
-
-    def __init__(self, rules: list[tuple[_Rule, str]], baselen: int) -> None:
-        self.rules = tuple(r for r, _ in reversed(rules))
-        self.baselen = baselen
-        # One alternation per subject answers "does any rule match?" in a single regex call, so
-        # the common miss costs two calls per file instead of one per rule; a hit scans in order.
-        self.quick = ((_any_of(rules, True, False), _any_of(rules, False, False)),
-                      (_any_of(rules, True, True), _any_of(rules, False, True)))
-
-    def first_match(self, path: str, name: str, is_dir: bool) -> _Rule | None:
-        in_name, in_path = self.quick[is_dir]
-        sub = path[self.baselen:]
-        if in_name(name) or in_path(sub):
-            for r in self.rules:
-                if (is_dir or not r.dir_only) and r.match(name if r.basename else sub):
-                    return r
-        return None
-
-
-# Ignore files in precedence order: extra_ignore, then the deepest folder's file first.
-_Stack = tuple[_RuleFile, ...]
-# Trailing spaces are dropped unless backslash-escaped; a trailing lone backslash keeps all.
-_UNTRAILED = re.compile(r"((?:\\.|[^\\])*?) *", re.S)
-
-
-def parse_ignore(text: str, base: str = "", reason: str = "gitignore") -> _Stack:
-    """The rules of one ignore file whose folder is ``base`` ("" or "dir/", top-relative)."""
-    rules: list[tuple[_Rule, str]] = []
-    for raw in text.removeprefix("\ufeff").split("\n"):
-        line = raw.removesuffix("\r")
-        if not line or line.startswith("#"):
-            continue
-        trimmed = _UNTRAILED.fullmatch(line)
-        line = trimmed.group(1) if trimmed else line
-        negated = line.startswith("!")
-        line = line[negated:]
-        dir_only = line.endswith("/")
-        line = line[: len(line) - dir_only]
-        if not line:
-            continue
-        src = _translate(line.removeprefix("/"))
-        rules.append((_Rule(re.compile(src, re.S).fullmatch, negated, dir_only, "/" not in line,
-                            reason), src))
-    return (_RuleFile(rules, len(base)),) if rules else ()
-
-
-def _read_rules(path: str, base: str, reason: str) -> _Stack:
-    # git refuses to follow a symlinked .gitignore (2.32+); O_NOFOLLOW makes us agree.
-    try:
-        with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return ()
-    return parse_ignore(data.decode("utf-8", "surrogateescape"), base, reason)
-
-
 def _git_common_dir(top: Path) -> Path | None:
     """The folder holding ``info/exclude``: .git itself, or what a .git file points to."""
     dotgit = top / ".git"
@@ -367,14 +186,6 @@ def _git_common_dir(top: Path) -> Path | None:
 
 
 # ---- the matcher and the walk -------------------------------------------------------------------
-
-def _first_match(stack: _Stack, path: str, name: str, is_dir: bool) -> _Rule | None:
-    for rule_file in stack:
-        rule = rule_file.first_match(path, name, is_dir)
-        if rule is not None:
-            return rule
-    return None
-
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
@@ -418,25 +229,26 @@ class IgnoreMatcher:
     def reset(self) -> None:
         """Forget cached ignore files and directory verdicts."""
         common = _git_common_dir(self._top)
-        outer = _read_rules(str(common / "info" / "exclude"), "", "gitignore") if common else ()
+        outer = (read_ignore_file(str(common / "info" / "exclude"), "", "gitignore")
+                 if common else ())
         # When the root is a subfolder of a work tree, the ignore files above it still apply.
         parts = self._prefix.split("/")[:-1]
         for depth in range(len(parts)):
             base = "".join(p + "/" for p in parts[:depth])
             outer = self._own_rules(os.path.join(self._top, base), base) + outer
         self._outer = outer
-        self._stacks: dict[str, _Stack] = {}
+        self._stacks: dict[str, Stack] = {}
         self._dir_verdicts: dict[str, str | None] = {}
 
-    def _own_rules(self, folder: str, base: str, names: set[str] | None = None) -> _Stack:
+    def _own_rules(self, folder: str, base: str, names: set[str] | None = None) -> Stack:
         # .ragignore comes after .gitignore at the same level, so it wins there
-        rag = _read_rules(os.path.join(folder, ".ragignore"), base, "ragignore") if (
+        rag = read_ignore_file(os.path.join(folder, ".ragignore"), base, "ragignore") if (
             names is None or ".ragignore" in names) else ()
-        git = _read_rules(os.path.join(folder, ".gitignore"), base, "gitignore") if (
+        git = read_ignore_file(os.path.join(folder, ".gitignore"), base, "gitignore") if (
             names is None or ".gitignore" in names) else ()
         return rag + git
 
-    def _stack(self, d: str, names: set[str] | None = None) -> _Stack:
+    def _stack(self, d: str, names: set[str] | None = None) -> Stack:
         """Rules that apply to the entries of directory ``d`` ("" is the root)."""
         stack = self._stacks.get(d)
         if stack is None:
@@ -446,7 +258,7 @@ class IgnoreMatcher:
             stack = self._stacks[d] = own + parent if own else parent
         return stack
 
-    def _path_reason(self, rel: str, name: str, is_dir: bool, stack: _Stack,
+    def _path_reason(self, rel: str, name: str, is_dir: bool, stack: Stack,
                      dotnet: bool) -> str | None:
         if not name.isascii():
             try:
@@ -461,9 +273,8 @@ class IgnoreMatcher:
                 return reason or "build_output"
             if rel == self._index_rel:
                 return "index_dir"
-        path = self._prefix + rel
-        rule = _first_match(self._extra, path, name, is_dir) or _first_match(
-            stack, path, name, is_dir)
+        path = encode(self._prefix + rel)
+        rule = first_match(self._extra, path, is_dir) or first_match(stack, path, is_dir)
         if rule is not None and not rule.negated:
             return rule.reason
         if is_dir:

@@ -22,7 +22,8 @@ import pytest
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.index import generation as gen
 from rag_mcp.index.catalog import Catalog
-from rag_mcp.index.handle import OpenIndex, open_vectors
+from rag_mcp.index.handle import OpenIndex
+from rag_mcp.index.store import EmbeddedStore, ServerStore, store_class
 from tests.mcp_helpers import error_code, over_stdio
 
 pytestmark = pytest.mark.slow
@@ -177,16 +178,16 @@ def test_server_mode_leaves_this_process_clean(
     same process connects to (a shared chromadb Settings object once made every later test in a
     pytest run fail with "cannot open the vector store")."""
     from indexers.pipeline import run_index
-    from rag_mcp.index import store
+    from rag_mcp.index.store import chroma as chroma_client
 
-    proto = store._settings_prototype()
+    proto = chroma_client._settings_prototype()
     impl = proto.chroma_api_impl
     root = make_repo({"a.py": "def served(x):\n    return x\n"}, name="served")
     s_http = load_settings({"root": str(root)})
     assert s_http.chroma_url == chroma.url
     assert run_index(s_http).published
     remote = OpenIndex(s_http, current(s_http))
-    assert remote.vectors is not None and remote.vectors.server
+    assert isinstance(remote.vectors, ServerStore)
     monkeypatch.delenv("RAG_CHROMA_URL")
     local = make_repo({"b.py": "def kept_local(x):\n    return x\n"}, name="local")
     s_local = load_settings({"root": str(local)})
@@ -197,7 +198,7 @@ def test_server_mode_leaves_this_process_clean(
     assert (current(s_local).dir / gen.CHROMA).is_dir()  # the vectors are local, not remote
     opened = OpenIndex(s_local, current(s_local))
     try:
-        assert opened.vectors is not None and not opened.vectors.server
+        assert isinstance(opened.vectors, EmbeddedStore)
         assert opened.vectors.count() == st.spans_total
         assert remote.vectors.count() == len(live_keys(current(s_http)))
     finally:
@@ -222,7 +223,7 @@ def test_shared_server_two_repos_readers_and_late_orphans(
     col_a = gen.read_manifest(g1.dir)["vector_collection"]
     col_b = gen.read_manifest(current(sb).dir)["vector_collection"]
     assert col_a != col_b
-    store_b = open_vectors(sb, current(sb).dir, col_b, create=False)
+    store_b = store_class(sb).open_reader(sb, current(sb).dir, col_b)
     count_b = store_b.count()
     assert count_b == len(live_keys(current(sb)))
 

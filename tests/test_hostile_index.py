@@ -1,4 +1,4 @@
-"""A damaged index, kill -9 while indexing, and readers while a writer publishes.
+"""A damaged index, kill -9 while indexing, readers while a writer publishes, hostile ignore files.
 
 CI runs small versions (every index file damaged once, 2 kills, 4 readers x 40 queries);
 bench/hostile.py runs the full studies (every file x delete/truncate/garbage, 20 kills, 4 readers
@@ -178,3 +178,29 @@ def test_four_readers_never_see_a_half_written_generation(tmp_path: Path) -> Non
     assert all(r["failed"] == 0 and r["half"] == 0 for r in results), [
         (r["failed"], r["half"], r["errors"]) for r in results]
     assert sum(r["ok"] for r in results) == 160
+
+
+#: .gitignore lines that kept a backtracking matcher busy for minutes: the first against any
+#: long name that misses it (git needs 5 ms), the second against any deep path (git itself
+#: needs 90 s at depth 12 there)
+HOSTILE_IGNORE = ["*?*?*?*?*?*?*?*?*?*?*?*?b", "**/" * 20 + "x", "*a" * 12 + "b",
+                  "**/*a" * 8 + "b"]
+
+
+def test_hostile_ignore_patterns_do_not_hold_up_rag_index(tmp_path: Path) -> None:
+    """Each line alone kept the walker's former regex translation busy past minutes on these
+    names; a linear-time matcher finishes the whole run in seconds. The bound is generous (a
+    slow, loaded machine passes) and far below the broken version's minutes."""
+    root = tmp_path / "repo"
+    deep = "/".join(["dd"] * 12)
+    files = {f"{c * 40}.py": f"def f_{c}():\n    return 1\n" for c in "acdefg"}
+    files.update({f"{deep}/{c * 30}.py": "VALUE = 1\n" for c in "ac"})
+    files.update({f"{deep}/x": "ignored\n", "a" * 30 + "b": "ignored\n"})
+    for rel, body in {**files, ".gitignore": "\n".join(HOSTILE_IGNORE) + "\n"}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(body)
+    out = subprocess.run([*rag_index_cmd(root)[:-1], "--json"], capture_output=True, text=True,
+                         timeout=60, check=True)
+    stats = orjson.loads(out.stdout)
+    assert stats["files_total"] == 9  # the .gitignore, six long names, two deep files
+    assert stats["skipped"].get("gitignore") == 2

@@ -1,7 +1,7 @@
 """Updating a copied generation's vectors: the Rust-bindings path and what readers find after it.
 
 An incremental ``rag-index`` writes its vectors through chromadb's Rust bindings alone
-(``VectorStore.embedded_update``) and leaves every published HNSW graph saved whole, so that no
+(``EmbeddedStore.open_update``) and leaves every published HNSW graph saved whole, so that no
 reader replays Chroma's log, and none writes into a published generation while doing so.
 """
 
@@ -23,7 +23,7 @@ from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.index import generation as gen
 from rag_mcp.index.handle import OpenIndex, verify_checksums
-from rag_mcp.index.store import VectorStore
+from rag_mcp.index.store import EmbeddedStore
 from tests.repo_helpers import write_repo
 
 HASH = "test-hash-64"
@@ -131,7 +131,7 @@ def test_the_rust_path_stores_what_chromadb_s_python_client_stores(
     assert pointer is not None
     name = str(gen.read_manifest(pointer.dir)["vector_collection"])
     shutil.copytree(pointer.dir / gen.CHROMA, tmp_path / "keys")
-    reader = VectorStore.embedded(tmp_path / "keys", name, create=False)
+    reader = EmbeddedStore.open(tmp_path / "keys", name, create=False)
     old = sorted(reader.all_keys())[:25]
     reader.close()
     rng = np.random.default_rng(3)
@@ -142,15 +142,15 @@ def test_the_rust_path_stores_what_chromadb_s_python_client_stores(
     for rust in (True, False):
         folder = tmp_path / f"rust-{rust}"
         shutil.copytree(pointer.dir / gen.CHROMA, folder)
-        store = VectorStore.embedded_update(folder, name, rust=rust)
+        store = EmbeddedStore.open_update(folder, name, rust=rust)
         try:
-            assert type(store._col).__name__ == ("_RustCollection" if rust else "Collection")
+            assert type(store._col).__name__ == ("RustCollection" if rust else "Collection")
             store.add(keys, new)
             store.delete(old)
             assert store.count() == 1200 + 40 - 25
         finally:
             store.close()
-        stores[rust] = VectorStore.embedded(folder, name, create=False)
+        stores[rust] = EmbeddedStore.open(folder, name, create=False)
     try:
         fast, slow = stores[True], stores[False]
         assert fast.all_keys() == slow.all_keys()
@@ -212,10 +212,10 @@ def test_readers_use_the_rust_path_and_find_what_the_python_client_finds(
     name = str(gen.read_manifest(pointer.dir)["vector_collection"])
     folder = tmp_path / "copy"
     shutil.copytree(pointer.dir / gen.CHROMA, folder)
-    fast = VectorStore.embedded(folder, name, create=False)
-    slow = VectorStore.embedded(folder, name, create=False, rust=False)
+    fast = EmbeddedStore.open(folder, name, create=False)
+    slow = EmbeddedStore.open(folder, name, create=False, rust=False)
     try:
-        assert type(fast._col).__name__ == "_RustCollection"
+        assert type(fast._col).__name__ == "RustCollection"
         assert type(slow._col).__name__ == "Collection"
         assert fast.count() == slow.count() == 1200
         keys = sorted(fast.all_keys())
@@ -252,14 +252,14 @@ def test_readers_use_the_rust_path_and_find_what_the_python_client_finds(
 
 def test_a_reader_falls_back_to_the_python_client_when_the_rust_path_cannot_open(
         big_index: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import rag_mcp.index.store as store_module
+    import rag_mcp.index.store.rust as rust_module
 
     pointer = gen.read_pointer(settings_at(*big_index).index_path)
     assert pointer is not None
     name = str(gen.read_manifest(pointer.dir)["vector_collection"])
     shutil.copytree(pointer.dir / gen.CHROMA, tmp_path / "copy")  # readers replay the log
-    monkeypatch.setattr(store_module, "_BINDINGS_RELEASE", "0.0.0")  # "another chromadb"
-    store = VectorStore.embedded(tmp_path / "copy", name, create=False)
+    monkeypatch.setattr(rust_module, "_BINDINGS_RELEASE", "0.0.0")  # "another chromadb"
+    store = EmbeddedStore.open(tmp_path / "copy", name, create=False)
     try:
         assert type(store._col).__name__ == "Collection"
         assert store.count() == 1200

@@ -249,6 +249,99 @@ def test_parity_with_git_on_random_trees_and_rules(tmp_path: Path, seed: int) ->
         assert_git_parity(repo, repo / sub)
 
 
+# Every kind of pattern git knows, one or more of each, with paths that match and miss them:
+# negation, directory-only rules, anchoring, "**" leading, inside and trailing, escapes, trailing
+# spaces, sets and classes, nested files (deeper wins), info/exclude, and the two hostile lines
+# that once kept rag-index busy for minutes.
+CHECK_IGNORE = {
+    ".gitignore": (
+        "# comment\n*.log\n!keep.log\n/anchored.txt\ndocs/**/draft.md\n**/tmpdir/\nlogs/\n"
+        "!logs/important.txt\na/**/z.txt\n\\#literal.txt\n\\!bang.txt\nsp\\ ace.txt\n"
+        "trailing.txt   \nesc\\ \\ \n*.[oa]\nfile[0-9].txt\n[[:upper:]]*.cfg\n*~\n"
+        "nested/*.md\n!nested/README.md\ndeep/**\n!deep/keep/\n!deep/keep/**\nx*/y?/\n"
+        "**/cache\n\\*star\n[!a-m]only.txt\nq/*/\n"
+        "*?*?*?*?*?*?*?*?*?*?*?*?b\n" + "**/" * 20 + "x\n\u00e9t\u00e9*.txt\n"
+        # git compares bytes: "?" and a set take one byte of a two-byte character
+        "caf?.txt\nn??.md\n[\u00e9]x\n"
+    ),
+    "sub/.gitignore": "!*.log\n*.tmp\n/only-here.txt\n!/anchored.txt\n",
+    "sub/inner/.gitignore": "*\n!*/\n!*.py\n",
+    ".git/info/exclude": "excluded-*\n",
+}
+CHECK_PATHS = [
+    "a.log", "keep.log", "anchored.txt", "sub/anchored.txt", "other/anchored.txt", "docs/draft.md",
+    "docs/x/y/draft.md", "docs/readme.md", "p/tmpdir/f.c", "tmpdir", "logs/important.txt",
+    "logs/other.txt", "a/z.txt", "a/b/c/z.txt", "b/a/z.txt", "#literal.txt", "!bang.txt",
+    "sp ace.txt", "trailing.txt", "esc  ", "m.o", "m.a", "m.c", "file1.txt", "fileX.txt",
+    "Main.cfg", "main.cfg", "notes.txt~", "nested/a.md", "nested/README.md", "nested/deeper/b.md",
+    "deep/f.c", "deep/keep/g.c", "deep/keep/h/i.c", "deep/other/j.c", "x1/y2/k.c", "x1/yy/k.c",
+    "z/cache", "z/cache2", "*star", "astar", "zonly.txt", "aonly.txt", "q/r/s.c", "q/t.c",
+    "a" * 40, "a" * 30 + "b", "s/" + "c" * 20 + "b", "x", "d1/d2/x", "d1/x/y.c",
+    "\u00e9t\u00e9-1.txt",
+    "sub/b.log", "sub/c.tmp", "sub/only-here.txt", "sub/d/only-here.txt", "sub/inner/a.py",
+    "sub/inner/a.txt", "sub/inner/w/b.py", "sub/inner/w/b.md", "excluded-1.c", "w/excluded-2/f.c",
+    "caf\u00e9.txt", "cafe.txt", "n\u00e9.md", "no.md", "ex", "\u00e9x",
+]
+
+
+def git_check_ignore(repo: Path, paths: list[str]) -> set[str]:
+    """The paths git says are ignored (a path inside an ignored folder counts as ignored)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent",
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+    out = subprocess.run(["git", "check-ignore", "--no-index", "--stdin", "-z", "-v", "-n"],
+                         cwd=repo, env=env, input="\0".join(paths).encode(),
+                         capture_output=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    fields = out.stdout.decode().split("\0")
+    records = [fields[i:i + 4] for i in range(0, len(fields) - 1, 4)]
+    assert [path for *_, path in records] == paths
+    return {path for _, _, pattern, path in records if pattern and not pattern.startswith("!")}
+
+
+def test_matcher_agrees_with_git_check_ignore(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", str(repo))
+    make(repo, {**CHECK_IGNORE, **{p: "x" for p in CHECK_PATHS}})
+    paths = sorted(rel for rel, _ in all_paths(repo) if rel.split("/")[0] != ".git")
+    dirs = {rel for rel, is_dir in all_paths(repo) if is_dir}
+    ignored = git_check_ignore(repo, paths)
+    assert 25 < len(ignored) < len(paths) - 25  # both answers are well represented
+    matcher = IgnoreMatcher(repo)
+    got = {rel for rel in paths if matcher.is_ignored(rel, rel in dirs) == "gitignore"}
+    assert got == ignored
+
+
+def test_rules_split_over_several_sets_keep_the_last_match(monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """When RE2's memory cap forces one file's rules into several sets, the last matching rule
+    still decides, and a rule too large alone is left out without losing the others."""
+    from indexers import ignore_rules
+
+    monkeypatch.setattr(ignore_rules, "_SET_MEMORY", 1 << 16)
+    text = "\n".join([f"*.e{i}" for i in range(300)] + ["!keep.e7", "big" + "?" * 3000])
+    stack = ignore_rules.parse_ignore(text)
+    assert len(stack) == 1
+
+    def verdict(path: bytes) -> bool | None:
+        rule = ignore_rules.first_match(stack, path, False)
+        return None if rule is None else not rule.negated
+
+    assert [verdict(p) for p in (b"a.e5", b"keep.e7", b"x/a.e299", b"none")] == [
+        True, False, True, None]
+    assert len(stack[0]._sets[0] or []) > 1  # the split happened
+
+
+def test_patterns_longer_than_any_path_are_left_out_and_globstars_fold() -> None:
+    from indexers.ignore_rules import encode, first_match, parse_ignore, translate
+
+    assert parse_ignore("?" * 4097 + "\n") == ()
+    fits = parse_ignore("?" * 4096 + "\n")
+    assert first_match(fits, b"a" * 4096, False) is not None
+    assert translate(b"a/**/**/**/b", basename=False) == translate(b"a/**/b", basename=False)
+    long_globstar = parse_ignore("**/" * 50_000 + "x\n")  # 150 kB, one line
+    assert first_match(long_globstar, encode("d/" * 40 + "x"), False) is not None
+
+
 # ---- rag-mcp's own rules ------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("rel", "reason"), [

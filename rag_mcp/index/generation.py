@@ -283,13 +283,12 @@ def make_tmp_dir(base: Path, n: int) -> Path:
     return tmp
 
 
-def copy_generation(src: Path, dst: Path, *, with_vectors: bool) -> None:
-    """Copy the mutable parts of a generation as the starting point of the next one."""
+def copy_generation(src: Path, dst: Path) -> None:
+    """Copy the catalog and the lexical index of a generation as the starting point of the next
+    one (the vector store carries its own over: ``VectorStore.carry_over``)."""
     shutil.copy2(src / CATALOG, dst / CATALOG)
     shutil.copytree(src / LEXICAL, dst / LEXICAL,
                     ignore=shutil.ignore_patterns(".tantivy-*.lock"))
-    if with_vectors:
-        shutil.copytree(src / CHROMA, dst / CHROMA)
 
 
 def publish(base: Path, tmp: Path, n: int) -> Path:

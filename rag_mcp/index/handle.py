@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import struct
 import threading
 import time
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from rag_mcp.config import Settings
 from rag_mcp.errors import IndexUnavailable, RagError
 from rag_mcp.index import generation as gen
 from rag_mcp.index.catalog import Catalog
 from rag_mcp.index.lexical import LexicalIndex
-from rag_mcp.index.store import VectorStore
+from rag_mcp.index.store import VectorStore, store_class
+from rag_mcp.index.store.files import SIZE_ONLY, check_graphs, rewritten_on_open
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +36,10 @@ def index_command(settings: Settings, *, rebuild: bool = False) -> str:
 
 def checksummed(rel: str) -> bool:
     """Whether a generation file keeps its bytes once published: readers change the lock files
-    and Chroma rewrites its SQLite bookkeeping on open, so those are not checksummed."""
+    and the vector store rewrites some of its own on open, so those are not checksummed."""
     name = rel.rsplit("/", 1)[-1]
     return not (rel == gen.MANIFEST or name == gen.READERS or name.endswith(".lock")
-                or name.startswith("chroma.sqlite3"))
-
-
-#: HNSW files Chroma rewrites in place the first time another process loads the collection
-#: (it finishes applying its write-ahead log then): only their sizes are fixed once published.
-SIZE_ONLY = frozenset({"data_level0.bin", "length.bin"})
+                or rewritten_on_open(name))
 
 
 def _fingerprint(path: Path) -> str:
@@ -54,55 +47,6 @@ def _fingerprint(path: Path) -> str:
         return f"size:{path.stat().st_size}"
     with path.open("rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def check_hnsw_graphs(gen_dir: Path) -> None:
-    """Refuse an HNSW graph whose links point nowhere, before Chroma's loader follows them.
-
-    ``data_level0.bin`` is only size-checked by the manifest (see ``SIZE_ONLY``), yet garbage in
-    it makes the native search crash the process. Its layout is hnswlib's, described by the
-    checksummed ``header.bin`` (a 4-byte version, then offsetLevel0, max_elements,
-    cur_element_count, size_data_per_element, label_offset, offsetData, maxlevel, enterpoint,
-    maxM, maxM0, ...): each element starts with a link count (low 16 bits) and maxM0 neighbour
-    ids. Every count must be at most maxM0 and every neighbour an element of the file; every norm
-    in ``length.bin`` must be a finite non-negative float. Headers of another shape are left to
-    Chroma.
-    """
-    for header in gen_dir.glob("chroma/*/header.bin"):
-        data = header.with_name("data_level0.bin")
-        raw = header.read_bytes()
-        if len(raw) != 100 or not data.is_file():
-            continue
-        size = struct.unpack_from("<Q", raw, 28)[0]  # size_data_per_element
-        offset = struct.unpack_from("<Q", raw, 44)[0]  # offsetData: after the links
-        max_m0 = struct.unpack_from("<Q", raw, 68)[0]
-        if not (0 < size < 1 << 20 and 0 < max_m0 < 4096 and offset == 4 * (1 + max_m0)
-                and size % 4 == 0):
-            rel = header.relative_to(gen_dir).as_posix()
-            raise IndexUnavailable(f"generation {gen_dir.name} is damaged: {rel} is not a graph "
-                                   "header")
-        cur = struct.unpack_from("<Q", raw, 20)[0]  # cur_element_count
-        blob = np.fromfile(data, dtype="<u4")
-        bad: Path | None = data
-        if (blob.size * 4) % size == 0:
-            # only the elements the header counts: the rest of the file is allocated, not written
-            rows = blob.reshape(-1, size // 4)[:cur]
-            total = blob.size * 4 // size
-            counts = rows[:, 0] & 0xFFFF
-            links = rows[:, 1:1 + max_m0]
-            used = np.arange(max_m0)[None, :] < counts[:, None]
-            bad = data if (counts > max_m0).any() or (links[used] >= total).any() else None
-        # length.bin holds each vector's norm (float32; ~1.0 for our unit vectors): garbage
-        # there gives wrong answers rather than a crash
-        norms = header.with_name("length.bin")
-        if bad is None and norms.is_file():
-            n = np.fromfile(norms, dtype="<f4")[:cur]
-            if not (np.isfinite(n).all() and (n >= 0).all() and (n < 1e6).all()):
-                bad = norms
-        if bad is not None:
-            raise IndexUnavailable(f"generation {gen_dir.name} is damaged: "
-                                   f"{bad.relative_to(gen_dir).as_posix()} changed since it "
-                                   "was written")
 
 
 def file_checksums(gen_dir: Path) -> dict[str, str]:
@@ -138,30 +82,20 @@ VERIFY_ATTEMPTS = 3
 
 
 def verify_generation(gen_dir: Path, manifest: dict[str, Any]) -> None:
-    """``verify_checksums`` and ``check_hnsw_graphs``, tried a few times 0.25 s apart: another
-    process loading a generation whose Chroma log was not yet saved into its graph has Chroma
-    rewrite two HNSW files in place, and a check that reads them mid-write must not call a
-    sound index damaged. (Generations published since writers persist after every write hold
-    no such log; older ones, and a cold build's, still may.)"""
+    """``verify_checksums`` and the vector store's ``check_graphs``, tried a few times 0.25 s
+    apart: another process loading a generation whose Chroma log was not yet saved into its
+    graph has Chroma rewrite two HNSW files in place, and a check that reads them mid-write must
+    not call a sound index damaged. (Generations published since writers persist after every
+    write hold no such log; older ones, and a cold build's, still may.)"""
     for attempt in range(VERIFY_ATTEMPTS):
         try:
             verify_checksums(gen_dir, manifest)
-            check_hnsw_graphs(gen_dir)
+            check_graphs(gen_dir)
             return
         except IndexUnavailable:
             if attempt == VERIFY_ATTEMPTS - 1:
                 raise
             time.sleep(0.25)
-
-
-def open_vectors(settings: Settings, gen_dir: Path, name: str, *, create: bool) -> VectorStore:
-    """The vector store of a generation: its own folder, or the shared server collection."""
-    if settings.chroma_url:
-        return VectorStore.http(
-            settings.chroma_url, name, tenant=settings.chroma_tenant,
-            database=settings.chroma_database, token=settings.chroma_token, create=create,
-        )
-    return VectorStore.embedded(gen_dir / gen.CHROMA, name, create=create)
 
 
 class OpenIndex:
@@ -191,10 +125,9 @@ class OpenIndex:
                     "not match the catalog"
                 )
             self.lexical.search(["rag-mcp-open-check"], 1)  # opens the postings of both fields
-            self.vectors = open_vectors(settings, pointer.dir,
-                                        str(self.manifest.get("vector_collection", "")),
-                                        create=False)
-            if not settings.chroma_url and self.vectors.count() != self.manifest.get("vectors"):
+            self.vectors = store_class(settings).open_reader(
+                settings, pointer.dir, str(self.manifest.get("vector_collection", "")))
+            if not self.vectors.holds(self.manifest.get("vectors")):
                 raise IndexUnavailable(
                     f"generation {pointer.dir.name} is inconsistent: the vector store does not "
                     "match the manifest"

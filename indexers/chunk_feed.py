@@ -1,0 +1,105 @@
+"""Changed files read and chunked in a thread, handed to the index writer in order.
+
+Chunking runs in a thread while the model embeds in the main thread (ONNX Runtime releases the
+GIL), so both cores work.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from indexers import chunking, walk
+from rag_mcp.config import Settings
+from rag_mcp.index.catalog import FileRecord
+from rag_mcp.index.spans import Span, content_hash, digest, span_text
+
+
+@dataclass
+class Work:
+    """One changed file after chunking."""
+
+    cand: walk.Candidate
+    record: FileRecord | None  # None: the file turned out unindexable (binary, secret, ...)
+    skip: str = ""
+    spans: list[tuple[Span, str, str]] = field(default_factory=list)  # (span, text, embedded)
+
+
+def chunk_one(settings: Settings, c: walk.Candidate) -> Work:
+    """Read and chunk one file: its record and spans, or the reason it is skipped."""
+    try:
+        data = c.abs_path.read_bytes()
+    except OSError:
+        return Work(c, None, "unreadable")
+    reason = walk.check_content(c.rel, data)
+    if reason:
+        return Work(c, None, reason)
+    text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
+    fc = chunking.chunk_file(c.rel, text, budget_chars=settings.chunk_chars,
+                             window_lines=settings.window_lines,
+                             window_overlap=settings.window_overlap)
+    fhash = content_hash(data)
+    rec = FileRecord(c.rel, fhash, c.size, c.mtime_ns, fc.language, fc.kind,
+                     len(fc.lines), len(data), fc.fallback)
+    work = Work(c, rec)
+    for ch in fc.chunks:
+        t = span_text(fc.lines, ch.start_line, ch.end_line)
+        span = Span(path=c.rel, start_line=ch.start_line, end_line=ch.end_line,
+                    digest=digest(t), kind=ch.kind, language=fc.language, symbol=ch.symbol,
+                    parent=ch.parent, heading=ch.heading, preview=ch.preview[:1000],
+                    byte_len=len(t.encode("utf-8", "surrogatepass")), file_hash=fhash,
+                    chunker_version=chunking.CHUNKER_VERSION, meta=ch.meta)
+        work.spans.append((span, t, ch.embedding_text(c.rel, t)))
+    return work
+
+
+class ChunkFeed:
+    """Chunks ``todo`` in a thread; iterate to get each file's ``Work`` in order."""
+
+    def __init__(self, settings: Settings, todo: list[walk.Candidate]) -> None:
+        self.seconds = 0.0  # spent parsing, no waits
+        self._s = settings
+        self._todo = todo
+        self._q: queue.Queue[object] = queue.Queue(maxsize=64)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, daemon=True)
+        self._thread.start()
+
+    def _put(self, item: object) -> bool:
+        # A bounded put that gives up once the writer stopped (error, Ctrl-C, cancel), so a
+        # long-lived watcher process never keeps a thread blocked on a dead queue.
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self) -> None:
+        try:
+            for c in self._todo:
+                t0 = time.perf_counter()
+                work = chunk_one(self._s, c)
+                self.seconds += time.perf_counter() - t0
+                if not self._put(work):
+                    return
+        except BaseException as exc:  # surface in the main thread, never die silently
+            self._put(exc)
+        finally:
+            self._put(None)
+
+    def __iter__(self) -> Iterator[Work]:
+        while (item := self._q.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, Work)
+            yield item
+        self._thread.join()
+
+    def stop(self) -> None:
+        """Let the thread give up its next put (the writer stopped early)."""
+        self._stop.set()

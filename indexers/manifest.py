@@ -1,0 +1,92 @@
+"""What a generation's manifest records about the run that wrote it, and when it is extendable.
+
+The manifest (``manifest.json``, written last) is the index's contract: chunker, embedding model
+and its vectors' identity, settings, vector store, counts. A run extends the previous generation
+only when every part of that contract still holds; otherwise it rebuilds and says why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from hashlib import sha1
+from pathlib import Path
+from typing import Any
+
+from indexers import chunking
+from indexers.changes import ChangeSet, SkippedFiles
+from rag_mcp.config import Settings, git_head
+from rag_mcp.index import generation as gen
+from rag_mcp.index.spans import EMBED_TEXT_VERSION
+
+
+def incompatible(manifest: dict[str, Any], settings: Settings, identity: str,
+                 store_kind: str) -> str:
+    """Why the base generation cannot be extended ("" when it can)."""
+    if manifest.get("chunker_version") != chunking.CHUNKER_VERSION:
+        return "the chunker changed"
+    if manifest.get("embed_text_version", "1") != EMBED_TEXT_VERSION:
+        return "the text the model reads for a span changed"
+    if manifest.get("model_identity") != identity:
+        same_model = (manifest.get("model"), manifest.get("backend")) == (
+            settings.embed_model, settings.embed_backend)
+        if same_model and manifest.get("embed_max_tokens", 0) != settings.embed_max_tokens:
+            return f"embed.max_tokens changed to {settings.embed_max_tokens}"
+        if same_model:  # new weights, or a new release computes this backend's vectors anew
+            return (f"the vectors of {settings.embed_model} ({settings.embed_backend}) changed "
+                    "(its weights or how this version computes them)")
+        return f"the embedding model changed to {settings.embed_model} ({settings.embed_backend})"
+    if manifest.get("config_hash") != settings.index_config_hash():
+        return "index settings changed"
+    if manifest.get("store") != store_kind:
+        return "the vector store changed"
+    return ""
+
+
+def vector_collection(settings: Settings, identity: str) -> str:
+    # One collection per model: a Chroma collection has one dimension, and a server shared by
+    # readers of the previous generation must keep that model's vectors until they move on.
+    return f"{settings.collection_name}-v{sha1(identity.encode()).hexdigest()[:8]}"
+
+
+def skipped_total(cs: ChangeSet, skipped_files: SkippedFiles) -> Counter[str]:
+    """Skips by reason: path rules of the walk plus content skips of files still present."""
+    return cs.skipped_paths + Counter(reason for _, _, reason in skipped_files.values())
+
+
+def build(settings: Settings, *, identity: str, store_kind: str, generation: int, dim: int,
+          counts: dict[str, Any], vectors: int, orphans: list[str], cs: ChangeSet,
+          skipped_files: SkippedFiles, run: dict[str, Any]) -> dict[str, Any]:
+    """The manifest of a generation about to be published (checksums are added last)."""
+    s = settings
+    return {
+        "schema_version": gen.SCHEMA_VERSION,
+        "chunker_version": chunking.CHUNKER_VERSION,
+        "embed_text_version": EMBED_TEXT_VERSION,
+        "model": s.embed_model,
+        "backend": s.embed_backend,
+        "model_identity": identity,
+        "dim": dim,
+        "embed_max_tokens": s.embed_max_tokens,
+        "config_hash": s.index_config_hash(),
+        "generation": generation,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created_ts": time.time(),
+        "root": s.root,
+        "collection": s.collection_name,
+        "vector_collection": vector_collection(s, identity),
+        "store": store_kind,
+        "git_head": git_head(Path(s.root)),
+        "files": counts["files"],
+        "spans": counts["spans"],
+        "vectors": vectors,
+        "by_language": counts["by_language"],
+        "by_kind": counts["by_kind"],
+        "skipped": dict(skipped_total(cs, skipped_files)),
+        "skipped_paths": dict(cs.skipped_paths),
+        "skipped_files": {k: list(v) for k, v in sorted(skipped_files.items())},
+        "fallback": counts["fallback"],
+        "orphans": orphans,
+        "run": {k: v for k, v in run.items()
+                if k not in ("by_language", "by_kind", "skipped", "fallback")},
+    }
