@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,9 @@ import pytest
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.deps import Deps, build_deps
-from rag_mcp.embed.core import load_embedder
 from rag_mcp.errors import RagError
-from rag_mcp.serve.server import _stale_count
-from tests.mcp_helpers import hash_deps, in_process
+from rag_mcp.serve.server import stale_count
+from tests.mcp_helpers import hash_deps, hash_models, in_process
 from tools import rag_health, rag_query
 
 HASH = "test-hash-64"
@@ -33,12 +33,14 @@ def indexed(sample_repo: Path) -> Settings:
 
 def served_deps(settings: Settings) -> Deps:
     """Dependencies as ``rag-mcp serve`` builds them, freshness count included."""
-    return build_deps(settings, stale_count=_stale_count, embedder_factory=lambda m, b:
-                      load_embedder(m, b, cache_dir=settings.model_cache_path))
+    return build_deps(settings, stale_count=stale_count, models=hash_models(settings))
 
 
 def same(a: Any, b: Any) -> bool:
-    return a.model_dump(exclude=VARYING) == b.model_dump(exclude=VARYING)
+    def plain(r: Any) -> dict[str, Any]:
+        return {k: v for k, v in asdict(r).items() if k not in VARYING}
+
+    return plain(a) == plain(b)
 
 
 def test_query_quick_path_is_a_memo_hit_or_nothing(indexed: Settings) -> None:

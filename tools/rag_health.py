@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from rag_mcp.deps import Deps, Repo
+from rag_mcp.deps import Deps
 from rag_mcp.errors import IndexUnavailable, RagError
 from rag_mcp.index.generation import SCHEMA_VERSION
 from rag_mcp.search.fusion import calibration_for
+from rag_mcp.search.repos import Repo
 from tools._base import ToolSpec
 
 log = logging.getLogger(__name__)
@@ -22,51 +24,57 @@ DESCRIPTION = (
 )
 
 
-class RepoHealth(BaseModel):
-    name: str = Field(description="What rag_query and rag_get_span take as repo")
+Status = Literal["ok", "degraded", "unavailable"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepoHealth:
+    name: Annotated[str, Field(description="What rag_query and rag_get_span take as repo")]
     root: str
-    status: Literal["ok", "degraded", "unavailable"]
-    message: str = Field(description="What to do for this repository, if anything")
-    error_code: str | None = Field(default=None, description="E_INDEX_UNAVAILABLE when it has no "
-                                                      "usable index")
+    status: Status
+    message: Annotated[str, Field(description="What to do for this repository, if anything")]
+    error_code: Annotated[str | None, Field(
+        description="E_INDEX_UNAVAILABLE when it has no usable index")] = None
     index_present: bool
     generation: int | None = None
     files: int = 0
     spans: int = 0
     last_indexed_at: str | None = None
-    stale_files: int | None = Field(default=None,
-                                    description="Files changed since the last index run")
+    stale_files: Annotated[int | None, Field(
+        description="Files changed since the last index run")] = None
     embedding_model: str | None = None
     index_command: str
 
 
-class RagHealthResult(BaseModel):
-    status: Literal["ok", "degraded", "unavailable"]
-    message: str = Field(description="What to do, if anything")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RagHealthResult:
+    status: Status
+    message: Annotated[str, Field(description="What to do, if anything")]
     version: str
-    root: str = Field(description="The (first) served repository root")
+    root: Annotated[str, Field(description="The (first) served repository root")]
     index_present: bool
     generation: int | None = None
     files: int = 0
     spans: int = 0
     last_indexed_at: str | None = None
-    stale_files: int | None = Field(None, description="Files changed since the last index run")
+    stale_files: Annotated[int | None, Field(
+        description="Files changed since the last index run")] = None
     embedding_model: str | None = None
     embedding_backend: str | None = None
     model_loaded: bool = False
     schema_version: int = SCHEMA_VERSION
     index_schema_version: int | None = None
     default_tau: float | None = None
-    cache: dict[str, int] = Field(default_factory=dict)
+    cache: dict[str, int] = field(default_factory=dict)
     uptime_s: float
     local_llm_enabled: bool
     local_llm_reachable: bool | None = None
     local_llm_model: str | None = None
     index_command: str
-    repos: list[RepoHealth] = Field(
-        default_factory=list, description="Each served repository; with several, the fields "
-                                          "above sum (files, spans, stale_files) or take the "
-                                          "first usable index (model, tau)")
+    repos: Annotated[list[RepoHealth], Field(
+        description="Each served repository; with several, the fields above sum (files, spans, "
+                    "stale_files) or take the first usable index (model, tau)")] = field(
+        default_factory=list)
 
 
 #: how old a freshness count health reports as current
