@@ -23,7 +23,3 @@ class ToolSpec:
     log_fields: Callable[[dict[str, Any], Any], dict[str, Any]]
     #: listed only when this returns True for the settings (the opt-in local LLM tool)
     enabled: Callable[[Any], bool] = lambda settings: True
-    #: ``quick(deps, **params)``: the same result when it can be made without waiting on disk,
-    #: network or the model (a memo hit, a health check with nothing to probe), else None. The
-    #: server answers those on its event loop and sends the rest to a worker thread.
-    quick: Callable[..., Any] | None = None

@@ -81,17 +81,10 @@ class RagHealthResult:
 FRESH_SECONDS = 2.0
 
 
-class _WouldWait(Exception):
-    """The quick path needs something that would block: answer from a worker thread."""
-
-
-def _index_facts(repo: Repo, *, wait: bool = True) -> tuple[dict[str, Any], RagError | None]:
+def _index_facts(repo: Repo) -> tuple[dict[str, Any], RagError | None]:
     """What one repository's index says about itself, or why it cannot be opened."""
-    idx = None if wait else repo.handle.current()
-    if not wait and idx is None:
-        raise _WouldWait
     try:
-        idx = idx or repo.handle.get()
+        idx = repo.handle.get()
     except RagError as exc:
         return {}, exc
     except Exception:  # health must answer even when something unforeseen broke
@@ -105,24 +98,17 @@ def _index_facts(repo: Repo, *, wait: bool = True) -> tuple[dict[str, Any], RagE
             "default_tau": calibration_for(str(m.get("model", ""))).tau}, None
 
 
-def repo_health(repo: Repo, *, wait: bool = True) -> tuple[RepoHealth, dict[str, Any]]:
-    """One repository's status, and the facts of its index (empty when there is none).
-    ``wait=False`` raises ``_WouldWait`` rather than open an index or walk the tree."""
+def repo_health(repo: Repo) -> tuple[RepoHealth, dict[str, Any]]:
+    """One repository's status, and the facts of its index (empty when there is none)."""
     from rag_mcp.index.handle import index_command
 
     cmd = index_command(repo.settings)
-    facts, err = _index_facts(repo, wait=wait)
+    facts, err = _index_facts(repo)
     if err is not None:
         return RepoHealth(name=repo.name, root=repo.settings.root, status="unavailable",
                           message=err.message, error_code=err.code, index_present=False,
                           index_command=cmd), facts
-    stale: int | None = None
-    if repo.freshness is not None:
-        known, stale = repo.freshness.recent(FRESH_SECONDS)
-        if not known:
-            if not wait:
-                raise _WouldWait
-            stale = repo.freshness.now(FRESH_SECONDS)
+    stale = repo.freshness.now(FRESH_SECONDS) if repo.freshness is not None else None
     status: Literal["ok", "degraded"] = "degraded" if stale else "ok"
     message = (f"{stale} file(s) changed since the last index run; run `{cmd}`" if stale
                else "ready")
@@ -134,23 +120,8 @@ def repo_health(repo: Repo, *, wait: bool = True) -> tuple[RepoHealth, dict[str,
 
 
 def rag_health(deps: Deps) -> RagHealthResult:
-    return _health(deps, wait=True)
-
-
-def quick(deps: Deps) -> RagHealthResult | None:
-    """The same answer when nothing has to be opened, walked or probed (an open index, a
-    freshness count under two seconds old, no local LLM to ping), else None."""
-    if deps.llm is not None:
-        return None
-    try:
-        return _health(deps, wait=False)
-    except _WouldWait:
-        return None
-
-
-def _health(deps: Deps, *, wait: bool) -> RagHealthResult:
     s = deps.settings
-    reports = [repo_health(r, wait=wait) for r in deps.repos.values()]
+    reports = [repo_health(r) for r in deps.repos.values()]
     repos = [h for h, _ in reports]
     usable = [(h, f) for h, f in reports if h.index_present]
     several = len(repos) > 1
@@ -222,5 +193,5 @@ def log_fields(params: dict[str, Any], r: RagHealthResult | None) -> dict[str, A
 
 
 SPEC = ToolSpec(name="rag_health", title="Index health", fn=rag_health,
-                result=RagHealthResult, render=render, log_fields=log_fields, quick=quick)
+                result=RagHealthResult, render=render, log_fields=log_fields)
 rag_health.__doc__ = DESCRIPTION

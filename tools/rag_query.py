@@ -46,21 +46,10 @@ def rag_query(
         description="Only this repository, or these, when the server serves several (names in "
                     "rag_health); omit to search all of them")] = None,
 ) -> QueryAnswer:
-    return deps.queries.query(_params(query, k, tau, kind, path, language, include_text,
-                                      rerank, repo))
-
-
-def _params(query: str, k: int = 5, tau: float | None = None, kind: str = "any",
-            path: str | None = None, language: str | None = None, include_text: bool = False,
-            rerank: bool | None = None, repo: str | list[str] | None = None) -> QueryParams:
-    return QueryParams(query=query, k=k, tau=tau, kind=kind, path=path, language=language,
-                       include_text=include_text, rerank=rerank,
-                       repo=tuple(repo) if isinstance(repo, list) else repo)
-
-
-def quick(deps: Deps, **params: Any) -> QueryAnswer | None:
-    """A memoised answer for the open index generations, or None (``QueryService.cached``)."""
-    return deps.queries.cached(_params(**params))
+    return deps.queries.query(QueryParams(
+        query=query, k=k, tau=tau, kind=kind, path=path, language=language,
+        include_text=include_text, rerank=rerank,
+        repo=tuple(repo) if isinstance(repo, list) else repo))
 
 
 def render(r: QueryAnswer) -> str:
@@ -112,5 +101,5 @@ def log_fields(params: dict[str, Any], r: QueryAnswer | None) -> dict[str, Any]:
 
 
 SPEC = ToolSpec(name="rag_query", title="Search code and docs", fn=rag_query,
-                result=QueryAnswer, render=render, log_fields=log_fields, quick=quick)
+                result=QueryAnswer, render=render, log_fields=log_fields)
 rag_query.__doc__ = DESCRIPTION

@@ -43,18 +43,11 @@ class Freshness:
 
     def now(self, max_age: float = 2.0) -> int | None:
         """A count at most ``max_age`` seconds old, computed here if need be (health checks)."""
-        known, value = self.recent(max_age)
-        if known:
-            return value
-        self._refresh()
-        return self._value
-
-    def recent(self, max_age: float = 2.0) -> tuple[bool, int | None]:
-        """``(True, value)`` when the value is at most ``max_age`` seconds old; never computes."""
         with self._lock:
             if self._at and time.monotonic() - self._at <= max_age:
-                return True, self._value
-        return False, None
+                return self._value
+        self._refresh()
+        return self._value
 
     def set(self, value: int) -> None:
         """A watcher that knows the exact number pushes it here."""

@@ -185,39 +185,16 @@ class QueryService:
         chosen = [self.repos[n] for n in select(list(self.repos), p.repo)]
         live, unavailable = self._open(chosen)
         key = self._key(p, filters, live, unavailable)
-        cached = self._lookup(key, live)
-        if cached is not None:
-            return self._hit(cached, live, t0)
-        self.cache_misses += 1
-        answer = self._answer(p, filters, [r for r, _ in live], unavailable)
-        if self._cache is not None and not answer.unavailable:
-            with self._lock:
-                self._cache[key] = answer
+        answer = self._lookup(key, live)
+        cache_hit = answer is not None
+        if answer is None:
+            self.cache_misses += 1
+            answer = self._answer(p, filters, [r for r, _ in live], unavailable)
+            if self._cache is not None and not answer.unavailable:
+                with self._lock:
+                    self._cache[key] = answer
         return replace(answer, took_ms=round((time.perf_counter() - t0) * 1000, 2),
-                       stale_files=self._fresh([r for r, _ in live]))
-
-    def cached(self, params: QueryParams) -> QueryAnswer | None:
-        """The memoised answer when there is one for the open generations, else None; never
-        opens an index, reads a file or runs the model, so the server can answer a repeated
-        question on its event loop. Invalid parameters raise as in ``query``."""
-        if self._cache is None:
-            return None
-        t0 = time.perf_counter()
-        p = self.validate(params)
-        filters = Filters.build(p.kind, p.path, p.language)
-        live: list[tuple[Repo, int]] = []
-        for name in select(list(self.repos), p.repo):
-            idx = self.repos[name].handle.current()
-            if idx is None:  # not open yet, failing, or a newer generation to open
-                return None
-            live.append((self.repos[name], idx.generation))
-        cached = self._lookup(self._key(p, filters, live, {}), live)
-        return None if cached is None else self._hit(cached, live, t0)
-
-    def _hit(self, cached: QueryAnswer, live: list[tuple[Repo, int]], t0: float
-             ) -> QueryAnswer:
-        return replace(cached, took_ms=round((time.perf_counter() - t0) * 1000, 2),
-                       cache_hit=True, stale_files=self._fresh([r for r, _ in live]))
+                       cache_hit=cache_hit, stale_files=self._fresh([r for r, _ in live]))
 
     @staticmethod
     def _key(p: QueryParams, filters: Filters, live: list[tuple[Repo, int]],

@@ -35,11 +35,8 @@ def tool_function(server: RagServer, spec: ToolSpec) -> Callable[..., Any]:
         q = kwargs.get("query") if "query" in kwargs else kwargs.get("question")
         record.update(deps.log.query_field(q))
         try:
-            result = spec.quick(deps, **kwargs) if spec.quick is not None else None
-            if result is None:
-                # a worker thread: a query waits on the model, the disk or Ollama, not the loop
-                result = await anyio.to_thread.run_sync(functools.partial(spec.fn, deps,
-                                                                          **kwargs))
+            # a worker thread: a query waits on the model, the disk or Ollama, never the loop
+            result = await anyio.to_thread.run_sync(functools.partial(spec.fn, deps, **kwargs))
             text = spec.render(result)
             record.update(spec.log_fields(kwargs, result))
             record["bytes_out"] = len(text.encode("utf-8", "replace"))
