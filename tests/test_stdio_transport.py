@@ -22,14 +22,9 @@ from tests.mcp_helpers import hash_deps
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=[
-    pytest.param(("asyncio", {}), id="asyncio"),
-    # what `rag-mcp serve` runs on where uvloop is installed (stdio.loop_options)
-    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop", marks=pytest.mark.skipif(
-        not stdio_module.loop_options(), reason="uvloop is not installed (Windows)")),
-])
-def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    return request.param
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 @pytest.fixture
@@ -162,14 +157,3 @@ async def test_a_client_that_closes_stdout_ends_the_session_quietly(indexed: Set
         for fd in (in_r, in_w, out_r, out_w):
             if fd >= 0:
                 os.close(fd)
-
-
-def test_the_stdio_server_runs_on_uvloop_only_where_it_is_installed(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib.util
-
-    real = importlib.util.find_spec
-    assert stdio_module.loop_options() == ({"use_uvloop": True} if real("uvloop") else {})
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "uvloop" else real(name, *a))
-    assert stdio_module.loop_options() == {}

@@ -1,5 +1,5 @@
 """``rag-mcp serve`` over stdio: the newline-delimited JSON-RPC of MCP's stdio transport on the
-event loop's own pipe transports, and the loop it runs on."""
+event loop's own pipe transports."""
 
 from __future__ import annotations
 
@@ -122,13 +122,9 @@ async def _write_lines(writer: Any, from_session: Any) -> bool:
         async for message in from_session:
             data = message.message.model_dump_json(by_alias=True, exclude_none=True)
             try:
-                # asyncio reports a closed reader when draining; uvloop closes the transport at
-                # once and refuses the next write
-                if writer.transport.is_closing():
-                    raise ConnectionResetError
                 writer.write(data.encode("utf-8") + b"\n")
-                await writer.drain()
-            except ConnectionError:  # the client closed our stdout: the session is over
+                await writer.drain()  # raises once the client has closed our stdout
+            except ConnectionError:  # the session is over
                 log.info("the client closed stdout; stopping")
                 return True
     return False
@@ -147,16 +143,7 @@ async def serve_stdio(server: RagServer) -> None:
         await run_session(server, read_stream, write_stream)
 
 
-def loop_options() -> dict[str, Any]:
-    """anyio's backend options for the stdio server: uvloop where it is installed, the choice
-    uvicorn makes for HTTP (``loop="auto"``); asyncio's own loop otherwise (Windows). A stdio
-    round trip costs a few per cent less on uvloop (docs/DESIGN.md, "The stdio transport")."""
-    import importlib.util
-
-    return {"use_uvloop": True} if importlib.util.find_spec("uvloop") is not None else {}
-
-
 def run_stdio(server: RagServer) -> int:
     """Serve one client on stdin/stdout until it closes stdin; the exit status."""
-    anyio.run(serve_stdio, server, backend_options=loop_options())
+    anyio.run(serve_stdio, server)
     return 0
