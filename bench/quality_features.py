@@ -68,7 +68,7 @@ def collect(ev: EvalSet, backend: str, pool: int = 200) -> list[dict[str, Any]]:
 def _fused_row(deps: Deps, q: dict[str, Any], pool: int) -> dict[str, Any]:
     gold = [LineSpan.of(g) for g in q["gold"]]
     gold_files = set(q.get("gold_files") or [g.path for g in gold])
-    r = deps.retriever.retrieve(" ".join(q["query"].split()), Filters(), fusion="convex",
+    r = deps.repo().retriever.retrieve(" ".join(q["query"].split()), Filters(), fusion="convex",
                                 pool=pool)
     cands = []
     for h in r.hits:
@@ -96,12 +96,12 @@ def collect_legs(ev: EvalSet, backend: str, pool: int = 200) -> list[dict[str, A
 
 
 def _legs_row(deps: Deps, q: dict[str, Any], pool: int) -> dict[str, Any]:
-    idx = deps.handle.get()
+    idx = deps.repo().handle.get()
     assert idx.catalog is not None and idx.vectors is not None
     emb = deps.models.for_manifest(idx.manifest)
     text = " ".join(q["query"].split())
     toks = tokenize(text)
-    qv = deps.retriever.qvec.get(emb, text)  # the query text rag_query embeds
+    qv = deps.repo().retriever.qvec.get(emb, text)  # the query text rag_query embeds
     dense = idx.vectors.query(qv, pool)
     body = idx.lexical.search(toks, pool, field="body")
     name = idx.lexical.search(toks, pool, field="name")

@@ -92,7 +92,7 @@ def service_run(ev: EvalSet, backend: str, system: str, *, fusion: str | None = 
             over["cache_size"] = 0
         deps = build_deps(eval_settings(settings_for(ev, sub, backend, **over), k))
         if pool is not None:
-            deps.retriever.POOL = pool
+            deps.repo().retriever.POOL = pool
         try:
             qs = eval_queries([q for q in queries if q.get("corpus", "") == sub])
             for _ in range(passes):

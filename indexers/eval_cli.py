@@ -190,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
         queries = load_queries(Path(args.queries))
     deps = build_deps(eval_settings(settings, args.k))
     try:
-        deps.handle.get()  # no index: say how to build it before asking anything
+        deps.repo().handle.get()  # no index: say how to build it before asking anything
         report = run_eval(deps.queries, queries, k=args.k, tau=args.tau, fusion=args.fusion,
                           rerank=True if args.rerank else None,
                           lines_of=FileLines(settings.root), file_level=args.file_level)

@@ -23,10 +23,12 @@ import orjson
 from mcp import ClientSession
 from mcp.shared.memory import create_connected_server_and_client_session
 from mcp.types import CallToolResult
+from pydantic import TypeAdapter
 
 from rag_mcp.config import Settings
 from rag_mcp.deps import Deps
-from rag_mcp.serve.server import RagServer, build_server
+from rag_mcp.serve.sdk import RagServer
+from rag_mcp.serve.server import build_server
 from tests.hostile_cases import FOLLOW_UP_ID, follow_up, traffic_cases
 from tests.mcp_helpers import error_code, hash_deps, text
 
@@ -39,7 +41,7 @@ async def session(settings: Settings, *, connector_tools: bool = True,
     """An in-process client session on the server with every tool (ChatGPT's too)."""
     server = build_server(settings, lambda: deps or hash_deps(settings),
                           connector_tools=connector_tools)
-    async with create_connected_server_and_client_session(server._mcp_server) as s:
+    async with create_connected_server_and_client_session(server) as s:
         yield s, server
 
 
@@ -64,7 +66,7 @@ def direct(deps: Deps, tool: str, **args: Any) -> tuple[str, str]:
         result = spec.fn(deps, **args)
     except RagError as exc:
         return exc.code, f"{exc.code}: {exc.message}"
-    return "ok", spec.render(result) + "\n" + result.model_dump_json()
+    return "ok", spec.render(result) + "\n" + TypeAdapter(spec.result).dump_json(result).decode()
 
 
 # --- raw transports: bytes in, every line or body out -------------------------------------------
@@ -369,18 +371,20 @@ def reader_main(root: str, queries: int, seed: int, pause: float = 0.0) -> dict[
         q = f"function {rng.randrange(12)} of module {rng.randrange(200)} variant"
         try:
             a = deps.queries.query(QueryParams(query=q, k=5, tau=0.0))
-            if a.generation not in catalogs:
-                catalogs[a.generation] = Catalog(
-                    s.index_path / gen.gen_dir_name(a.generation) / gen.CATALOG, readonly=True)
-            cat = catalogs[a.generation]
-            gens.add(a.generation)
+            if a.index_generation not in catalogs:
+                catalogs[a.index_generation] = Catalog(
+                    s.index_path / gen.gen_dir_name(a.index_generation) / gen.CATALOG,
+                    readonly=True)
+            cat = catalogs[a.index_generation]
+            gens.add(a.index_generation)
             for h in a.hits:
                 # a joined hit answers for its parts, each a span of that generation
                 rows = [cat.by_id(i) for i in (h.parts or (h.id,))]
                 if any(row is None or digest(cat.text(row.sid) or "") != row.span.digest
                        for row in rows):
                     half += 1
-                    errors.append(f"generation {a.generation} answered {h.id} it does not hold")
+                    errors.append(f"generation {a.index_generation} answered {h.id} it does "
+                                  "not hold")
                     break
             else:
                 ok += 1 if a.hits else 0

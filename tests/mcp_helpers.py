@@ -17,19 +17,26 @@ from mcp.types import CallToolResult, TextContent
 from rag_mcp.config import Settings
 from rag_mcp.deps import Deps, build_deps
 from rag_mcp.embed.core import load_embedder
-from rag_mcp.serve.server import RagServer, build_server
+from rag_mcp.embed.pool import EmbedderPool
+from rag_mcp.serve.sdk import RagServer
+from rag_mcp.serve.server import build_server
+
+
+def hash_models(settings: Settings) -> EmbedderPool:
+    """The model pool with the settings' (deterministic test) model, loaded without threads."""
+    return EmbedderPool(settings, lambda m, b: load_embedder(
+        m, b, cache_dir=settings.model_cache_path))
 
 
 def hash_deps(settings: Settings) -> Deps:
-    return build_deps(settings, embedder_factory=lambda m, b: load_embedder(
-        m, b, cache_dir=settings.model_cache_path))
+    return build_deps(settings, models=hash_models(settings))
 
 
 @contextlib.asynccontextmanager
 async def in_process(settings: Settings, deps: Deps | None = None
                      ) -> AsyncIterator[tuple[ClientSession, RagServer]]:
     server = build_server(settings, lambda: deps or hash_deps(settings))
-    async with create_connected_server_and_client_session(server._mcp_server) as session:
+    async with create_connected_server_and_client_session(server) as session:
         yield session, server
 
 

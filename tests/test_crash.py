@@ -93,9 +93,10 @@ READER = textwrap.dedent("""
     from rag_mcp.deps import build_deps
     from rag_mcp.search.query import QueryParams
     from rag_mcp.embed.core import load_embedder
+    from rag_mcp.embed.pool import EmbedderPool
     s = load_settings({"root": sys.argv[1], "embed_model": "test-hash-64"})
-    deps = build_deps(
-        s, embedder_factory=lambda m, b: load_embedder(m, b, cache_dir=s.model_cache_path))
+    deps = build_deps(s, models=EmbedderPool(
+        s, lambda m, b: load_embedder(m, b, cache_dir=s.model_cache_path)))
     ok = failed = 0
     gens = set()
     errors = []
@@ -105,7 +106,7 @@ READER = textwrap.dedent("""
         try:
             a = deps.queries.query(QueryParams(query=f"function {ok % 12} of module", k=5))
             assert a.hits, "no hits"
-            gens.add(a.generation)
+            gens.add(a.index_generation)
             ok += 1
             if ok == 1:
                 open(sys.argv[3], "w").close()  # answering from the first generation

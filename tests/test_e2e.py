@@ -106,7 +106,7 @@ LIGHT = textwrap.dedent("""
     s = load_settings({"root": sys.argv[1]})
     srv = build_server(s, lambda: build_deps(s))
     async def main():
-        async with create_connected_server_and_client_session(srv._mcp_server) as c:
+        async with create_connected_server_and_client_session(srv) as c:
             await c.list_tools()
             heavy = [m for m in ("torch", "tree_sitter", "sentence_transformers", "transformers")
                      if m in sys.modules]

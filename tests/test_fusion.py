@@ -146,7 +146,7 @@ def test_fusion_modes_order_by_their_own_evidence(retriever_for: Callable[..., D
     from rag_mcp.search.retrieve import Filters
 
     deps = retriever_for()
-    r = deps.retriever
+    r = deps.repo().retriever
     q = "retry the call with exponential backoff"
     fused = r.retrieve(q, Filters(), fusion="convex").hits
     assert fused and all(0.0 <= h.lex <= 1.0 and 0.0 < h.score < 1.0 for h in fused)
@@ -170,7 +170,7 @@ def test_retriever_weights_long_queries_by_their_length(
         retriever_for: Callable[..., Deps]) -> None:
     from rag_mcp.search.retrieve import Filters
 
-    r = retriever_for().retriever
+    r = retriever_for().repo().retriever
     short = "retry with backoff"
     long = ("when the remote server answers with an error status the client should retry the "
             "call with exponential backoff sleeping between tries then parse the span id split "
@@ -192,7 +192,7 @@ def test_retriever_weights_each_candidate_by_its_span_kind(
         retriever_for: Callable[..., Deps]) -> None:
     from rag_mcp.search.retrieve import Filters
 
-    r = retriever_for().retriever
+    r = retriever_for().repo().retriever
     q = "install the demo and start the service"
     split = r.retrieve(q, Filters())
     cal = split.calibration
@@ -217,11 +217,11 @@ def test_dense_candidates_get_their_bm25_from_a_deeper_lexical_list(
     from rag_mcp.search.retrieve import Filters
 
     deps = retriever_for()
-    r = deps.retriever
+    r = deps.repo().retriever
     r.POOL = 1  # one candidate a leg: the lexical list is read 4 deep for their BM25
     q = "fetch user parse config"  # the hash model's top span is BM25's 2nd to 4th
     hits = r.retrieve(q, Filters()).hits
-    deep = dict(deps.handle.get().lexical.search(tokenize(q), r.POOL * r.LEX_LOOKUP))
+    deep = dict(deps.repo().handle.get().lexical.search(tokenize(q), r.POOL * r.LEX_LOOKUP))
     assert len(hits) == 2 and len(deep) > 2
     assert all(h.bm25 == deep.get(h.row.sid, 0.0) for h in hits)
     # the dense candidate is not the lexical leg's pick, yet it carries its own BM25
@@ -301,8 +301,8 @@ def test_code_in_test_files_loses_the_test_penalty(make_repo: Callable[..., Path
             "        assert_eq!(parse_retry_header(\" 5 \"), 5);\n    }\n}\n"),
     })
     run_index(load_settings({"root": str(root)}))
-    plain = build_deps(load_settings({"root": str(root), "test_penalty": "0"})).retriever
-    tilted = build_deps(load_settings({"root": str(root)})).retriever
+    plain = build_deps(load_settings({"root": str(root), "test_penalty": "0"})).repo().retriever
+    tilted = build_deps(load_settings({"root": str(root)})).repo().retriever
     penalty = load_settings({"root": str(root)}).test_penalty
     assert penalty > 0  # the default
 

@@ -56,12 +56,12 @@ def deps_for(indexed: Path) -> Iterator:
 def test_reranker_reorders_by_the_scorer_and_keeps_calibrated_scores(deps_for) -> None:
     deps = deps_for()
     scorer = LongestText()
-    rr = CrossEncoderReranker("fake", deps.handle, loader=lambda _m: scorer)
-    hits = deps.retriever.retrieve("span id parsing", Filters()).hits[:6]
+    rr = CrossEncoderReranker("fake", deps.repo().handle, loader=lambda _m: scorer)
+    hits = deps.repo().retriever.retrieve("span id parsing", Filters()).hits[:6]
     out = rr("span id parsing", hits)
     assert sorted(h.span.id for h in out) == sorted(h.span.id for h in hits)
     texts = {pair[1]: pair for pair in scorer.seen}
-    lengths = [len(pair_text(h, deps.handle.get().catalog.text(h.row.sid) or ""))
+    lengths = [len(pair_text(h, deps.repo().handle.get().catalog.text(h.row.sid) or ""))
                for h in out]
     assert lengths == sorted(lengths, reverse=True) and len(texts) == len(hits)
     assert {h.span.id: h.score for h in out} == {h.span.id: h.score for h in hits}
@@ -74,7 +74,7 @@ def test_reranker_reorders_by_the_scorer_and_keeps_calibrated_scores(deps_for) -
 def test_rag_query_reranks_only_when_asked(deps_for) -> None:
     deps = deps_for(reranker_model="fake")
     scorer = LongestText()
-    reranker = deps.queries.reranker
+    reranker = deps.repo().reranker
     assert isinstance(reranker, CrossEncoderReranker)
     reranker._loader = lambda _m: scorer  # the model a user would name, injected
     plain = deps.queries.query(QueryParams("retry with backoff", k=5, tau=0.0))
@@ -104,13 +104,13 @@ def test_a_real_cross_encoder_from_the_bundled_weights(deps_for) -> None:
     # spans apart (join_gap -1), so the answer is the reranked order itself
     deps = deps_for(reranker_model="all-MiniLM-L6-v2", rerank="true", rerank_candidates="4",
                     join_gap="-1")
-    reranker = deps.queries.reranker
+    reranker = deps.repo().reranker
     assert isinstance(reranker, CrossEncoderReranker)
     reranker._loader = lambda _m: scorer  # load once for the test, through the real loader
     q = "split a span id into path and lines"
-    fused = deps.retriever.retrieve(q, Filters()).hits[:4]
+    fused = deps.repo().retriever.retrieve(q, Filters()).hits[:4]
     ans = deps.queries.query(QueryParams(q, k=4, tau=0.0))  # query.rerank = true: reranked
-    catalog = deps.handle.get().catalog
+    catalog = deps.repo().handle.get().catalog
     pairs = [(q, pair_text(h, catalog.text(h.row.sid) or "")) for h in fused]
     own = [float(s) for s in scorer.predict(pairs)]
     expected = [fused[i].span.id for i in sorted(range(4), key=lambda i: (-own[i], i))]

@@ -1,4 +1,4 @@
-"""The server's own stdio transport (``serve.server.pipe_stdio``) on real pipes, in process."""
+"""The server's own stdio transport (``serve.stdio.pipe_stdio``) on real pipes, in process."""
 
 from __future__ import annotations
 
@@ -11,23 +11,20 @@ import anyio
 import orjson
 import pytest
 
-import rag_mcp.serve.server as server_module
+import rag_mcp.serve.stdio as stdio_module
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.serve.server import build_server, pipe_stdio
+from rag_mcp.serve.sdk import run_session
+from rag_mcp.serve.server import build_server
+from rag_mcp.serve.stdio import pipe_stdio
 from tests.mcp_helpers import hash_deps
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=[
-    pytest.param(("asyncio", {}), id="asyncio"),
-    # what `rag-mcp serve` runs on where uvloop is installed (server.loop_options)
-    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop", marks=pytest.mark.skipif(
-        not server_module.loop_options(), reason="uvloop is not installed (Windows)")),
-])
-def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    return request.param
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 @pytest.fixture
@@ -74,16 +71,15 @@ class Lines:
 async def test_pipe_transport_answers_and_survives_bad_lines(
         indexed: Settings, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(server_module, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(stdio_module, "MAX_LINE_BYTES", 4096)
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     server = build_server(indexed, lambda: hash_deps(indexed))
-    low = server._mcp_server
     lines = Lines(out_r)
 
     async def serve() -> None:
         async with pipe_stdio(in_r, out_w) as (read_stream, write_stream):
-            await low.run(read_stream, write_stream, low.create_initialization_options())
+            await run_session(server, read_stream, write_stream)
 
     try:
         async with anyio.create_task_group() as tg:
@@ -128,28 +124,26 @@ async def test_pipe_transport_answers_and_survives_bad_lines(
 def test_only_pipes_sockets_and_terminals_use_the_pipe_transport(tmp_path: Path) -> None:
     r, w = os.pipe()
     try:
-        assert server_module._pipe_like(r) and server_module._pipe_like(w)
+        assert stdio_module._pipe_like(r) and stdio_module._pipe_like(w)
     finally:
         os.close(r)
         os.close(w)
     with tempfile.TemporaryFile(dir=tmp_path) as fh:  # `rag-mcp serve < requests.jsonl`
-        assert not server_module._pipe_like(fh.fileno())
-    assert not server_module._pipe_like(10_000)  # not open at all
+        assert not stdio_module._pipe_like(fh.fileno())
+    assert not stdio_module._pipe_like(10_000)  # not open at all
 
 
 async def test_a_client_that_closes_stdout_ends_the_session_quietly(indexed: Settings) -> None:
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     server = build_server(indexed, lambda: hash_deps(indexed))
-    low = server._mcp_server
     lines = Lines(out_r)
     try:
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
                 async def serve() -> None:
                     async with pipe_stdio(in_r, out_w) as (read_stream, write_stream):
-                        await low.run(read_stream, write_stream,
-                                      low.create_initialization_options())
+                        await run_session(server, read_stream, write_stream)
 
                 tg.start_soon(serve)
                 os.write(in_w, request(1, "initialize", INIT))
@@ -163,14 +157,3 @@ async def test_a_client_that_closes_stdout_ends_the_session_quietly(indexed: Set
         for fd in (in_r, in_w, out_r, out_w):
             if fd >= 0:
                 os.close(fd)
-
-
-def test_the_stdio_server_runs_on_uvloop_only_where_it_is_installed(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib.util
-
-    real = importlib.util.find_spec
-    assert server_module.loop_options() == ({"use_uvloop": True} if real("uvloop") else {})
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "uvloop" else real(name, *a))
-    assert server_module.loop_options() == {}

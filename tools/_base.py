@@ -6,23 +6,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
-
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     name: str
     title: str
-    #: ``fn(deps, **params)``; its signature (minus ``deps``) becomes the tool's input schema
-    fn: Callable[..., BaseModel]
-    result: type[BaseModel]
+    #: ``fn(deps, **params) -> result``; its signature (minus ``deps``) becomes the tool's input
+    #: schema, and its docstring the tool's description
+    fn: Callable[..., Any]
+    #: the result record (a dataclass whose fields carry their descriptions); the tool's output
+    #: schema is derived from it
+    result: type[Any]
     #: the plain-text rendering sent alongside the structured result
     render: Callable[[Any], str]
     #: the JSONL log fields of one call (params, result or None on error)
     log_fields: Callable[[dict[str, Any], Any], dict[str, Any]]
     #: listed only when this returns True for the settings (the opt-in local LLM tool)
     enabled: Callable[[Any], bool] = lambda settings: True
-    #: ``quick(deps, **params)``: the same result when it can be made without waiting on disk,
-    #: network or the model (a memo hit, a health check with nothing to probe), else None. The
-    #: server answers those on its event loop and sends the rest to a worker thread.
-    quick: Callable[..., BaseModel | None] | None = None

@@ -11,9 +11,10 @@ disk now, redacted and capped at the response budget, exactly as ``rag_get_span`
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from rag_mcp.deps import Deps
 from rag_mcp.index.spans import MAX_ID_LEN
@@ -27,14 +28,16 @@ DESCRIPTION = (
 )
 
 
-class FetchResult(BaseModel):
-    id: str = Field(description="The id that was asked for")
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    id: Annotated[str, Field(description="The id that was asked for")]
     title: str
-    text: str = Field(description="The span's lines as they are now (redacted, capped)")
-    url: str = Field(description="file:// URL of the file, with #Lstart-Lend")
-    metadata: dict[str, str] = Field(
+    text: Annotated[str, Field(
+        description="The span's lines as they are now (redacted, capped)")]
+    url: Annotated[str, Field(description="file:// URL of the file, with #Lstart-Lend")]
+    metadata: Annotated[dict[str, str], Field(
         description="path, lines, kind, language, symbol or heading, and whether the span "
-                    "moved (current_id), was truncated or had secrets redacted")
+                    "moved (current_id), was truncated or had secrets redacted")]
 
 
 def fetch(
@@ -45,25 +48,25 @@ def fetch(
         min_length=1, max_length=MAX_ID_LEN + MAX_NAME + 1)],
 ) -> FetchResult:
     repo, span_id = split_qualified(list(deps.repos), id) if deps.multi else (None, id)
-    where, r = deps.find_span(span_id, repo)
+    r = deps.find_span(span_id, repo)
     meta = {"path": r.path, "start_line": str(r.start_line), "end_line": str(r.end_line),
             "kind": r.kind, "language": r.language, "symbol": r.symbol or "",
             "heading": r.heading or "", "stale": str(r.stale).lower(),
             "truncated": str(r.truncated).lower(), "redactions": str(r.redactions)}
     if deps.multi:
-        meta["repo"] = where.name
+        meta["repo"] = r.repo
     if r.id != span_id:
-        meta["current_id"] = qualify(where.name, r.id) if deps.multi else r.id
+        meta["current_id"] = qualify(r.repo, r.id) if deps.multi else r.id
     return FetchResult(id=id, title=span_title(r.path, r.start_line, r.end_line,
                                                r.symbol or r.heading),
-                       text=r.text, url=span_url(where.settings.root, r.path, r.start_line,
-                                                 r.end_line),
+                       text=r.text, url=span_url(deps.repos[r.repo].settings.root, r.path,
+                                                 r.start_line, r.end_line),
                        metadata={k: v for k, v in meta.items() if v != ""})
 
 
 def render(r: FetchResult) -> str:
     # The contract is the JSON itself: the connector parses this one text item.
-    return json.dumps(r.model_dump(mode="json"), ensure_ascii=False)
+    return json.dumps(asdict(r), ensure_ascii=False)
 
 
 def log_fields(params: dict[str, Any], r: FetchResult | None) -> dict[str, Any]:

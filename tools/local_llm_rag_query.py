@@ -4,27 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from rag_mcp.deps import Deps
-from rag_mcp.search.answer import MAX_SPAN_IDS, answer_locally
+from rag_mcp.search.answer import MAX_SPAN_IDS, LocalAnswer, answer_locally
 from tools._base import ToolSpec
 
 DESCRIPTION = (
     "Answer a question with the local Ollama model from retrieved spans (or the span_ids you "
     "give), citing span IDs. Slower than rag_query; use it only when asked for a local answer."
 )
-
-
-class LocalLLMResult(BaseModel):
-    answer: str
-    model: str
-    span_ids: list[str] = Field(description="Spans the answer cites")
-    spans_in_prompt: list[str]
-    prompt_tokens: int
-    completion_tokens: int
-    took_ms: float
-    redactions: int
 
 
 def local_llm_rag_query(
@@ -38,22 +27,18 @@ def local_llm_rag_query(
     model: Annotated[str | None, Field(description="Ollama model; omit for the configured one",
                                        max_length=200)] = None,
     max_tokens: Annotated[int, Field(ge=16, le=8192, description="Longest answer")] = 512,
-) -> LocalLLMResult:
-    a = answer_locally(deps, question, k=k, span_ids=span_ids, model=model,
-                       max_tokens=max_tokens)
-    return LocalLLMResult(answer=a.answer, model=a.model, span_ids=a.span_ids,
-                          spans_in_prompt=a.spans_in_prompt, prompt_tokens=a.prompt_tokens,
-                          completion_tokens=a.completion_tokens, took_ms=round(a.took_ms, 1),
-                          redactions=a.redactions)
+) -> LocalAnswer:
+    return answer_locally(deps.queries, deps.llm, question, k=k, span_ids=span_ids, model=model,
+                          max_tokens=max_tokens)
 
 
-def render(r: LocalLLMResult) -> str:
+def render(r: LocalAnswer) -> str:
     cites = ", ".join(r.span_ids) if r.span_ids else "none"
     return (f"{r.answer}\n\n— {r.model}, {r.took_ms / 1000:.1f} s, {r.prompt_tokens} prompt + "
             f"{r.completion_tokens} answer tokens; spans: {cites}")
 
 
-def log_fields(params: dict[str, Any], r: LocalLLMResult | None) -> dict[str, Any]:
+def log_fields(params: dict[str, Any], r: LocalAnswer | None) -> dict[str, Any]:
     out: dict[str, Any] = {"k": params.get("k", 5), "model": params.get("model")}
     if params.get("span_ids"):
         out["span_ids"] = len(params["span_ids"])
@@ -64,6 +49,6 @@ def log_fields(params: dict[str, Any], r: LocalLLMResult | None) -> dict[str, An
 
 
 SPEC = ToolSpec(name="local_llm_rag_query", title="Answer with the local LLM",
-                fn=local_llm_rag_query, result=LocalLLMResult, render=render,
+                fn=local_llm_rag_query, result=LocalAnswer, render=render,
                 log_fields=log_fields, enabled=lambda settings: settings.local_llm)
 local_llm_rag_query.__doc__ = DESCRIPTION

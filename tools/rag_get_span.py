@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from rag_mcp.deps import Deps
 from rag_mcp.index.spans import MAX_ID_LEN
-from rag_mcp.search.spanget import MAX_CONTEXT_LINES
+from rag_mcp.search.spanget import MAX_CONTEXT_LINES, SpanResult
 from tools._base import ToolSpec
 
 DESCRIPTION = (
@@ -16,24 +16,6 @@ DESCRIPTION = (
     "capped), optionally with surrounding lines. If the file changed, says so and gives the "
     "span's new ID when it only moved."
 )
-
-
-class RagGetSpanResult(BaseModel):
-    id: str = Field(description="The span's current ID (differs from the request if it moved)")
-    requested_id: str
-    path: str
-    start_line: int
-    end_line: int
-    kind: str
-    language: str
-    symbol: str | None = None
-    heading: str | None = None
-    text: str = Field(description="Lines start_line-end_line (plus context_lines around them)")
-    context_lines: int
-    stale: bool = Field(description="The span moved since indexing; use the new id")
-    truncated: bool = Field(description="Cut at the byte budget; a '[truncated]' line marks it")
-    redactions: int = Field(description="Secrets replaced by [REDACTED:<kind>]")
-    repo: str = Field(description="The repository the span was read from")
 
 
 def rag_get_span(
@@ -46,16 +28,11 @@ def rag_get_span(
     repo: Annotated[str | None, Field(
         description="The repository of the span (the hit's repo field) when the server serves "
                     "several; omit to look in all of them", max_length=200)] = None,
-) -> RagGetSpanResult:
-    where, r = deps.find_span(span_id, repo, context_lines)
-    return RagGetSpanResult(
-        id=r.id, requested_id=r.requested_id, path=r.path, start_line=r.start_line,
-        end_line=r.end_line, kind=r.kind, language=r.language, symbol=r.symbol,
-        heading=r.heading, text=r.text, context_lines=r.context_lines, stale=r.stale,
-        truncated=r.truncated, redactions=r.redactions, repo=where.name)
+) -> SpanResult:
+    return deps.find_span(span_id, repo, context_lines)
 
 
-def render(r: RagGetSpanResult) -> str:
+def render(r: SpanResult) -> str:
     label = r.symbol or r.heading or ""
     first = r.start_line - r.context_lines if r.context_lines else r.start_line
     head = f"{r.id}  [{r.kind} {r.language}] {label}".rstrip()
@@ -71,7 +48,7 @@ def render(r: RagGetSpanResult) -> str:
                      + [f"(from line {max(1, first)})", body])
 
 
-def log_fields(params: dict[str, Any], r: RagGetSpanResult | None) -> dict[str, Any]:
+def log_fields(params: dict[str, Any], r: SpanResult | None) -> dict[str, Any]:
     out: dict[str, Any] = {"span_id": str(params.get("span_id", ""))[:300]}
     if params.get("context_lines"):
         out["context_lines"] = params["context_lines"]
@@ -83,5 +60,5 @@ def log_fields(params: dict[str, Any], r: RagGetSpanResult | None) -> dict[str, 
 
 
 SPEC = ToolSpec(name="rag_get_span", title="Read a span", fn=rag_get_span,
-                result=RagGetSpanResult, render=render, log_fields=log_fields)
+                result=SpanResult, render=render, log_fields=log_fields)
 rag_get_span.__doc__ = DESCRIPTION

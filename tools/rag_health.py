@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from rag_mcp.deps import Deps, Repo
+from rag_mcp.deps import Deps
 from rag_mcp.errors import IndexUnavailable, RagError
 from rag_mcp.index.generation import SCHEMA_VERSION
 from rag_mcp.search.fusion import calibration_for
+from rag_mcp.search.repos import Repo
 from tools._base import ToolSpec
 
 log = logging.getLogger(__name__)
@@ -22,68 +24,67 @@ DESCRIPTION = (
 )
 
 
-class RepoHealth(BaseModel):
-    name: str = Field(description="What rag_query and rag_get_span take as repo")
+Status = Literal["ok", "degraded", "unavailable"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepoHealth:
+    name: Annotated[str, Field(description="What rag_query and rag_get_span take as repo")]
     root: str
-    status: Literal["ok", "degraded", "unavailable"]
-    message: str = Field(description="What to do for this repository, if anything")
-    error_code: str | None = Field(default=None, description="E_INDEX_UNAVAILABLE when it has no "
-                                                      "usable index")
+    status: Status
+    message: Annotated[str, Field(description="What to do for this repository, if anything")]
+    error_code: Annotated[str | None, Field(
+        description="E_INDEX_UNAVAILABLE when it has no usable index")] = None
     index_present: bool
     generation: int | None = None
     files: int = 0
     spans: int = 0
     last_indexed_at: str | None = None
-    stale_files: int | None = Field(default=None,
-                                    description="Files changed since the last index run")
+    stale_files: Annotated[int | None, Field(
+        description="Files changed since the last index run")] = None
     embedding_model: str | None = None
     index_command: str
 
 
-class RagHealthResult(BaseModel):
-    status: Literal["ok", "degraded", "unavailable"]
-    message: str = Field(description="What to do, if anything")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RagHealthResult:
+    status: Status
+    message: Annotated[str, Field(description="What to do, if anything")]
     version: str
-    root: str = Field(description="The (first) served repository root")
+    root: Annotated[str, Field(description="The (first) served repository root")]
     index_present: bool
     generation: int | None = None
     files: int = 0
     spans: int = 0
     last_indexed_at: str | None = None
-    stale_files: int | None = Field(None, description="Files changed since the last index run")
+    stale_files: Annotated[int | None, Field(
+        description="Files changed since the last index run")] = None
     embedding_model: str | None = None
     embedding_backend: str | None = None
     model_loaded: bool = False
     schema_version: int = SCHEMA_VERSION
     index_schema_version: int | None = None
     default_tau: float | None = None
-    cache: dict[str, int] = Field(default_factory=dict)
+    cache: dict[str, int] = field(default_factory=dict)
     uptime_s: float
     local_llm_enabled: bool
     local_llm_reachable: bool | None = None
     local_llm_model: str | None = None
     index_command: str
-    repos: list[RepoHealth] = Field(
-        default_factory=list, description="Each served repository; with several, the fields "
-                                          "above sum (files, spans, stale_files) or take the "
-                                          "first usable index (model, tau)")
+    repos: Annotated[list[RepoHealth], Field(
+        description="Each served repository; with several, the fields above sum (files, spans, "
+                    "stale_files) or take the first usable index (model, tau)")] = field(
+        default_factory=list)
 
 
 #: how old a freshness count health reports as current
 FRESH_SECONDS = 2.0
 
 
-class _WouldWait(Exception):
-    """The quick path needs something that would block: answer from a worker thread."""
-
-
-def _index_facts(repo: Repo, *, wait: bool = True) -> tuple[dict[str, Any], RagError | None]:
+def _index_facts(repo: Repo) -> tuple[dict[str, Any], RagError | None]:
     """What one repository's index says about itself, or why it cannot be opened."""
-    idx = None if wait else repo.handle.current()
-    if not wait and idx is None:
-        raise _WouldWait
     try:
-        idx = idx or repo.handle.get()
+        idx = repo.handle.get()
     except RagError as exc:
         return {}, exc
     except Exception:  # health must answer even when something unforeseen broke
@@ -97,24 +98,17 @@ def _index_facts(repo: Repo, *, wait: bool = True) -> tuple[dict[str, Any], RagE
             "default_tau": calibration_for(str(m.get("model", ""))).tau}, None
 
 
-def repo_health(repo: Repo, *, wait: bool = True) -> tuple[RepoHealth, dict[str, Any]]:
-    """One repository's status, and the facts of its index (empty when there is none).
-    ``wait=False`` raises ``_WouldWait`` rather than open an index or walk the tree."""
+def repo_health(repo: Repo) -> tuple[RepoHealth, dict[str, Any]]:
+    """One repository's status, and the facts of its index (empty when there is none)."""
     from rag_mcp.index.handle import index_command
 
     cmd = index_command(repo.settings)
-    facts, err = _index_facts(repo, wait=wait)
+    facts, err = _index_facts(repo)
     if err is not None:
         return RepoHealth(name=repo.name, root=repo.settings.root, status="unavailable",
                           message=err.message, error_code=err.code, index_present=False,
                           index_command=cmd), facts
-    stale: int | None = None
-    if repo.freshness is not None:
-        known, stale = repo.freshness.recent(FRESH_SECONDS)
-        if not known:
-            if not wait:
-                raise _WouldWait
-            stale = repo.freshness.now(FRESH_SECONDS)
+    stale = repo.freshness.now(FRESH_SECONDS) if repo.freshness is not None else None
     status: Literal["ok", "degraded"] = "degraded" if stale else "ok"
     message = (f"{stale} file(s) changed since the last index run; run `{cmd}`" if stale
                else "ready")
@@ -126,23 +120,8 @@ def repo_health(repo: Repo, *, wait: bool = True) -> tuple[RepoHealth, dict[str,
 
 
 def rag_health(deps: Deps) -> RagHealthResult:
-    return _health(deps, wait=True)
-
-
-def quick(deps: Deps) -> RagHealthResult | None:
-    """The same answer when nothing has to be opened, walked or probed (an open index, a
-    freshness count under two seconds old, no local LLM to ping), else None."""
-    if deps.llm is not None:
-        return None
-    try:
-        return _health(deps, wait=False)
-    except _WouldWait:
-        return None
-
-
-def _health(deps: Deps, *, wait: bool) -> RagHealthResult:
     s = deps.settings
-    reports = [repo_health(r, wait=wait) for r in deps.repos.values()]
+    reports = [repo_health(r) for r in deps.repos.values()]
     repos = [h for h, _ in reports]
     usable = [(h, f) for h, f in reports if h.index_present]
     several = len(repos) > 1
@@ -214,5 +193,5 @@ def log_fields(params: dict[str, Any], r: RagHealthResult | None) -> dict[str, A
 
 
 SPEC = ToolSpec(name="rag_health", title="Index health", fn=rag_health,
-                result=RagHealthResult, render=render, log_fields=log_fields, quick=quick)
+                result=RagHealthResult, render=render, log_fields=log_fields)
 rag_health.__doc__ = DESCRIPTION

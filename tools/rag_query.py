@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from rag_mcp.deps import Deps
-from rag_mcp.search.query import QueryAnswer, QueryHit, QueryParams
+from rag_mcp.search.query import QueryAnswer, QueryParams
 from tools._base import ToolSpec
 
 DESCRIPTION = (
@@ -17,51 +16,6 @@ DESCRIPTION = (
     "Use it before grep or reading whole files, then call rag_get_span on the IDs worth "
     "reading (or pass include_text=true to get them at once)."
 )
-
-
-class SpanHit(BaseModel):
-    id: str = Field(description="Span ID 'path:start-end:digest'; pass it to rag_get_span")
-    path: str = Field(description="File path relative to the repository root")
-    start_line: int = Field(description="First line, 1-based")
-    end_line: int = Field(description="Last line, inclusive")
-    kind: str = Field(description="code, doc or text")
-    language: str
-    symbol: str | None = Field(None, description="Definition name, e.g. 'Indexer.run'")
-    parent: str | None = Field(None, description="Enclosing class or type, if any")
-    heading: str | None = Field(None, description="Heading path of a doc span, 'A > B > C'")
-    score: float = Field(description="Calibrated confidence in [0, 1]")
-    preview: str = Field(description="One-line signature or heading (secrets redacted)")
-    text: str | None = Field(None, description="Span text when include_text=true (redacted)")
-    stale: bool = Field(False, description="The file changed since indexing")
-    truncated: bool = Field(False, description="Text cut by the byte budget")
-    repo: str = Field(description="The repository the span is in (see rag_health for names)")
-    parts: list[str] | None = Field(
-        None, description="Adjacent spans of one file returned as this one range: their IDs "
-                          "(the hit's own ID reads the whole range)")
-
-
-class RagQueryResult(BaseModel):
-    query: str
-    hits: list[SpanHit] = Field(description="Best first")
-    low_confidence: bool = Field(description="No hit reached tau; the single best guess is shown")
-    message: str | None = Field(None, description="What was cut or why confidence is low")
-    tau: float = Field(description="Confidence threshold applied")
-    returned: int
-    dropped_by_tau: int
-    cut_by_budget: int
-    tokens_returned: int = Field(description="~tokens of the returned spans")
-    tokens_whole_files: int = Field(description="~tokens of reading their whole files instead")
-    redactions: int = Field(0, description="Secrets replaced by [REDACTED:<kind>]")
-    took_ms: float
-    cache_hit: bool
-    index_generation: int
-    stale_files: int | None = Field(None, description="Files changed since the index was built")
-    timings: dict[str, float] = Field(default_factory=dict)
-    generations: dict[str, int] | None = Field(
-        None, description="Several repositories: the index generation each one answered from")
-    unavailable: dict[str, str] | None = Field(
-        None, description="Several repositories: those asked but without a usable index, and "
-                          "why (the others still answered)")
 
 
 def rag_query(
@@ -91,53 +45,14 @@ def rag_query(
     repo: Annotated[str | list[str] | None, Field(
         description="Only this repository, or these, when the server serves several (names in "
                     "rag_health); omit to search all of them")] = None,
-) -> RagQueryResult:
-    ans = deps.queries.query(_params(query, k, tau, kind, path, language, include_text,
-                                     rerank, repo))
-    return to_result(ans, several=deps.multi)
+) -> QueryAnswer:
+    return deps.queries.query(QueryParams(
+        query=query, k=k, tau=tau, kind=kind, path=path, language=language,
+        include_text=include_text, rerank=rerank,
+        repo=tuple(repo) if isinstance(repo, list) else repo))
 
 
-def _params(query: str, k: int = 5, tau: float | None = None, kind: str = "any",
-            path: str | None = None, language: str | None = None, include_text: bool = False,
-            rerank: bool | None = None, repo: str | list[str] | None = None) -> QueryParams:
-    return QueryParams(query=query, k=k, tau=tau, kind=kind, path=path, language=language,
-                       include_text=include_text, rerank=rerank,
-                       repo=tuple(repo) if isinstance(repo, list) else repo)
-
-
-def quick(deps: Deps, **params: Any) -> RagQueryResult | None:
-    """A memoised answer for the open index generations, or None (``QueryService.cached``)."""
-    ans = deps.queries.cached(_params(**params))
-    return None if ans is None else to_result(ans, several=deps.multi)
-
-
-#: QueryHit's fields, all plain values: copied one level (``asdict`` deep-copies each value and
-#: was most of a memo hit's time in the server)
-_HIT_FIELDS = tuple(f.name for f in fields(QueryHit))
-
-
-def to_hit(h: QueryHit) -> SpanHit:
-    # Previews, texts and labels (a heading is repository text) come redacted from the core.
-    return SpanHit(**{name: getattr(h, name) for name in _HIT_FIELDS})
-
-
-def to_result(ans: QueryAnswer, *, several: bool = False) -> RagQueryResult:
-    """The tool's result; ``several`` repositories add which generation and which repository
-    was unavailable."""
-    return RagQueryResult(
-        query=ans.query, hits=[to_hit(h) for h in ans.hits],
-        low_confidence=ans.low_confidence, message=ans.message, tau=ans.tau,
-        returned=ans.returned, dropped_by_tau=ans.dropped_by_tau, cut_by_budget=ans.cut_by_budget,
-        tokens_returned=ans.tokens_returned, tokens_whole_files=ans.tokens_whole_files,
-        redactions=ans.redactions, took_ms=round(ans.took_ms, 2), cache_hit=ans.cache_hit,
-        index_generation=ans.generation,
-        stale_files=ans.stale_files, timings=ans.timings,
-        generations=dict(ans.generations) if several else None,
-        unavailable=dict(ans.unavailable) if several and ans.unavailable else None,
-    )
-
-
-def render(r: RagQueryResult) -> str:
+def render(r: QueryAnswer) -> str:
     head = (f"{r.returned} span{'s' if r.returned != 1 else ''} for {r.query!r} "
             f"({r.took_ms:.0f} ms{', cached' if r.cache_hit else ''}; ~{r.tokens_returned:,} "
             f"tokens instead of ~{r.tokens_whole_files:,} for the whole files)")
@@ -164,7 +79,7 @@ def render(r: RagQueryResult) -> str:
     return "\n".join(lines)
 
 
-def log_fields(params: dict[str, Any], r: RagQueryResult | None) -> dict[str, Any]:
+def log_fields(params: dict[str, Any], r: QueryAnswer | None) -> dict[str, Any]:
     out: dict[str, Any] = {"k": params.get("k", 5), "tau": params.get("tau")}
     for name in ("kind", "path", "language", "include_text"):
         if params.get(name) not in (None, "any", False):
@@ -186,5 +101,5 @@ def log_fields(params: dict[str, Any], r: RagQueryResult | None) -> dict[str, An
 
 
 SPEC = ToolSpec(name="rag_query", title="Search code and docs", fn=rag_query,
-                result=RagQueryResult, render=render, log_fields=log_fields, quick=quick)
+                result=QueryAnswer, render=render, log_fields=log_fields)
 rag_query.__doc__ = DESCRIPTION

@@ -11,10 +11,11 @@ server serves several repositories an ID names its repository first, ``repo:path
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from rag_mcp.deps import Deps
 from rag_mcp.search.query import QueryParams
@@ -28,15 +29,18 @@ DESCRIPTION = (
 )
 
 
-class SearchItem(BaseModel):
-    id: str = Field(description="Span ID 'path:start-end:digest' (with several repositories "
-                                "'repo:path:start-end:digest'); pass it to fetch")
-    title: str = Field(description="Symbol or heading, then path and lines")
-    url: str = Field(description="file:// URL of the file, with #Lstart-Lend")
+@dataclass(frozen=True, slots=True)
+class SearchItem:
+    id: Annotated[str, Field(description="Span ID 'path:start-end:digest' (with several "
+                                         "repositories 'repo:path:start-end:digest'); pass it "
+                                         "to fetch")]
+    title: Annotated[str, Field(description="Symbol or heading, then path and lines")]
+    url: Annotated[str, Field(description="file:// URL of the file, with #Lstart-Lend")]
 
 
-class SearchResult(BaseModel):
-    results: list[SearchItem] = Field(description="Best first")
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    results: Annotated[list[SearchItem], Field(description="Best first")]
 
 
 def span_url(root: str, path: str, start: int, end: int) -> str:
@@ -62,14 +66,14 @@ def search(
                    title=span_title(h.path, h.start_line, h.end_line,
                                     redact_label(h.symbol or h.heading)
                                     or h.preview[:120] or None),
-                   url=span_url(deps.repos[h.repo].settings.root if deps.multi
-                                else deps.settings.root, h.path, h.start_line, h.end_line))
+                   url=span_url(deps.repos[h.repo].settings.root, h.path, h.start_line,
+                                h.end_line))
         for h in ans.hits])
 
 
 def render(r: SearchResult) -> str:
     # The contract is the JSON itself: the connector parses this one text item.
-    return json.dumps(r.model_dump(mode="json"), ensure_ascii=False)
+    return json.dumps(asdict(r), ensure_ascii=False)
 
 
 def log_fields(params: dict[str, Any], r: SearchResult | None) -> dict[str, Any]:

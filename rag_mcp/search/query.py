@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from cachetools import TTLCache
+from pydantic import Field
 
 from rag_mcp.config import Settings
 from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, Stale
@@ -21,8 +22,8 @@ from rag_mcp.index.spans import Span, digest
 from rag_mcp.search.join import Placed, plan_joins
 from rag_mcp.search.reader import cap_text, join_parts, read_span
 from rag_mcp.search.redact import redact, redact_label
-from rag_mcp.search.repos import select
-from rag_mcp.search.retrieve import Filters, Hit, Retrieval, Retriever
+from rag_mcp.search.repos import Repo, select
+from rag_mcp.search.retrieve import Filters, Hit, Retrieval
 
 MAX_K = 20
 TOKEN_BYTES = 4  # the shared scorer's token estimate: ~4 characters a token
@@ -44,50 +45,65 @@ class QueryParams:
     repo: str | tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+# One answer of rag_query: a span, or adjacent spans of one file joined into a range; previews,
+# texts and labels (a heading is repository text) are redacted. (A comment, not a docstring:
+# pydantic would send a docstring to every client inside rag_query's output schema.)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QueryHit:
-    id: str
-    path: str
-    start_line: int
-    end_line: int
-    kind: str
+    id: Annotated[str, Field(
+        description="Span ID 'path:start-end:digest'; pass it to rag_get_span")]
+    path: Annotated[str, Field(description="File path relative to the repository root")]
+    start_line: Annotated[int, Field(description="First line, 1-based")]
+    end_line: Annotated[int, Field(description="Last line, inclusive")]
+    kind: Annotated[str, Field(description="code, doc or text")]
     language: str
-    symbol: str | None
-    parent: str | None
-    heading: str | None
-    score: float
-    preview: str
-    text: str | None = None
-    stale: bool = False
-    truncated: bool = False
-    repo: str = ""
-    #: the indexed spans a joined hit covers (None: the hit is one indexed span)
-    parts: tuple[str, ...] | None = None
+    symbol: Annotated[str | None, Field(description="Definition name, e.g. 'Indexer.run'")] = None
+    parent: Annotated[str | None, Field(description="Enclosing class or type, if any")] = None
+    heading: Annotated[str | None, Field(
+        description="Heading path of a doc span, 'A > B > C'")] = None
+    score: Annotated[float, Field(description="Calibrated confidence in [0, 1]")]
+    preview: Annotated[str, Field(
+        description="One-line signature or heading (secrets redacted)")]
+    text: Annotated[str | None, Field(
+        description="Span text when include_text=true (redacted)")] = None
+    stale: Annotated[bool, Field(description="The file changed since indexing")] = False
+    truncated: Annotated[bool, Field(description="Text cut by the byte budget")] = False
+    repo: Annotated[str, Field(
+        description="The repository the span is in (see rag_health for names)")]
+    parts: Annotated[tuple[str, ...] | None, Field(
+        description="Adjacent spans of one file returned as this one range: their IDs (the "
+                    "hit's own ID reads the whole range)")] = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QueryAnswer:
+    """``rag_query``'s result: the hits and what was cut, dropped or not searched, and why."""
+
     query: str
-    hits: list[QueryHit]
-    low_confidence: bool
-    message: str | None
-    tau: float
+    hits: Annotated[list[QueryHit], Field(description="Best first")]
+    low_confidence: Annotated[bool, Field(
+        description="No hit reached tau; the single best guess is shown")]
+    message: Annotated[str | None, Field(
+        description="What was cut or why confidence is low")] = None
+    tau: Annotated[float, Field(description="Confidence threshold applied")]
     returned: int
     dropped_by_tau: int
     cut_by_budget: int
-    tokens_returned: int
-    tokens_whole_files: int
-    bytes_out: int
-    redactions: int
-    generation: int
-    took_ms: float = 0.0
-    cache_hit: bool = False
+    tokens_returned: Annotated[int, Field(description="~tokens of the returned spans")]
+    tokens_whole_files: Annotated[int, Field(
+        description="~tokens of reading their whole files instead")]
+    redactions: Annotated[int, Field(description="Secrets replaced by [REDACTED:<kind>]")] = 0
+    took_ms: float
+    cache_hit: bool
+    index_generation: int
+    stale_files: Annotated[int | None, Field(
+        description="Files changed since the index was built")] = None
     timings: dict[str, float] = field(default_factory=dict)
-    stale_files: int | None = None
-    #: the generation each searched repository answered from
-    generations: dict[str, int] = field(default_factory=dict)
-    #: served repositories that were asked but have no usable index, with the reason
-    unavailable: dict[str, str] = field(default_factory=dict)
+    generations: Annotated[dict[str, int] | None, Field(
+        description="Several repositories: the index generation each one answered from")] = None
+    unavailable: Annotated[dict[str, str] | None, Field(
+        description="Several repositories: those asked but without a usable index, and why "
+                    "(the others still answered)")] = None
 
 
 def normalize_query(text: object, max_chars: int) -> str:
@@ -104,17 +120,6 @@ def normalize_query(text: object, max_chars: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Source:
-    """One repository the service searches: its name, root and retriever."""
-
-    name: str
-    root: Path
-    retriever: Retriever
-    freshness: Callable[[], int | None] | None = None
-    reranker: Callable[[str, list[Hit]], list[Hit]] | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class _Joined:
     """Adjacent hits of one file answered as one range (``rag_mcp.search.join``)."""
 
@@ -127,7 +132,7 @@ class _Joined:
 class _Found:
     """A hit and where it came from (its repository and the generation it was read from)."""
 
-    source: Source
+    repo: Repo
     hit: Hit
     retrieval: Retrieval
     joined: _Joined | None = None
@@ -142,11 +147,11 @@ class QueryService:
     generation. Several repositories are searched one after the other and their hits merged by
     the calibrated score, which means the same in every index built with the same model."""
 
-    def __init__(self, settings: Settings, sources: Sequence[Source]) -> None:
-        if not sources:
+    def __init__(self, settings: Settings, repos: Sequence[Repo]) -> None:
+        if not repos:
             raise ValueError("QueryService needs at least one repository")
         self.s = settings
-        self.sources = {src.name: src for src in sources}
+        self.repos = {r.name: r for r in repos}
         self._cache: TTLCache[tuple[Any, ...], QueryAnswer] | None = (
             TTLCache(maxsize=settings.cache_size, ttl=settings.cache_ttl)
             if settings.cache_size > 0 and settings.cache_ttl > 0 else None)
@@ -155,20 +160,13 @@ class QueryService:
         self.cache_hits = 0
         self.cache_misses = 0
 
-    @property
-    def retriever(self) -> Retriever:
-        """The first repository's retriever (the only one by default)."""
-        return next(iter(self.sources.values())).retriever
-
-    @property
-    def reranker(self) -> Callable[[str, list[Hit]], list[Hit]] | None:
-        return next(iter(self.sources.values())).reranker
-
     def cache_stats(self) -> dict[str, int]:
         with self._lock:
             size = len(self._cache) if self._cache is not None else 0
+        # the query-vector cache is shared by the repositories' retrievers (``build_deps``)
+        vectors = {id(r.retriever.qvec): r.retriever.qvec for r in self.repos.values()}
         return {"entries": size, "hits": self.cache_hits, "misses": self.cache_misses,
-                "query_vectors_cached": self.retriever.qvec.hits}
+                "query_vectors_cached": sum(q.hits for q in vectors.values())}
 
     def validate(self, p: QueryParams) -> QueryParams:
         q = normalize_query(p.query, self.s.max_query_chars)
@@ -177,81 +175,58 @@ class QueryService:
         if p.tau is not None and not (0.0 <= float(p.tau) <= 1.0):
             raise InvalidArgument("tau must be between 0 and 1 (or omitted for the default)")
         Filters.build(p.kind, p.path, p.language)  # raises on a bad filter
-        repo = select(list(self.sources), p.repo)
-        return replace(p, query=q, repo=None if len(repo) == len(self.sources) else tuple(repo))
+        repo = select(list(self.repos), p.repo)
+        return replace(p, query=q, repo=None if len(repo) == len(self.repos) else tuple(repo))
 
     def query(self, params: QueryParams) -> QueryAnswer:
         t0 = time.perf_counter()
         p = self.validate(params)
         filters = Filters.build(p.kind, p.path, p.language)
-        chosen = [self.sources[n] for n in select(list(self.sources), p.repo)]
+        chosen = [self.repos[n] for n in select(list(self.repos), p.repo)]
         live, unavailable = self._open(chosen)
         key = self._key(p, filters, live, unavailable)
-        cached = self._lookup(key, live)
-        if cached is not None:
-            return self._hit(cached, live, t0)
-        self.cache_misses += 1
-        answer = self._answer(p, filters, [s for s, _ in live], unavailable)
-        if self._cache is not None and not answer.unavailable:
-            with self._lock:
-                self._cache[key] = answer
-        return replace(answer, took_ms=(time.perf_counter() - t0) * 1000,
-                       stale_files=self._fresh([s for s, _ in live]))
-
-    def cached(self, params: QueryParams) -> QueryAnswer | None:
-        """The memoised answer when there is one for the open generations, else None; never
-        opens an index, reads a file or runs the model, so the server can answer a repeated
-        question on its event loop. Invalid parameters raise as in ``query``."""
-        if self._cache is None:
-            return None
-        t0 = time.perf_counter()
-        p = self.validate(params)
-        filters = Filters.build(p.kind, p.path, p.language)
-        live: list[tuple[Source, int]] = []
-        for name in select(list(self.sources), p.repo):
-            idx = self.sources[name].retriever.handle.current()
-            if idx is None:  # not open yet, failing, or a newer generation to open
-                return None
-            live.append((self.sources[name], idx.generation))
-        cached = self._lookup(self._key(p, filters, live, {}), live)
-        return None if cached is None else self._hit(cached, live, t0)
+        answer = self._lookup(key, live)
+        cache_hit = answer is not None
+        if answer is None:
+            self.cache_misses += 1
+            answer = self._answer(p, filters, [r for r, _ in live], unavailable)
+            if self._cache is not None and not answer.unavailable:
+                with self._lock:
+                    self._cache[key] = answer
+        return replace(answer, took_ms=round((time.perf_counter() - t0) * 1000, 2),
+                       cache_hit=cache_hit, stale_files=self._fresh([r for r, _ in live]))
 
     @staticmethod
-    def _key(p: QueryParams, filters: Filters, live: list[tuple[Source, int]],
+    def _key(p: QueryParams, filters: Filters, live: list[tuple[Repo, int]],
              unavailable: dict[str, str]) -> tuple[Any, ...]:
-        return (tuple((src.name, gen) for src, gen in live), tuple(unavailable), p.query, p.k,
+        return (tuple((repo.name, gen) for repo, gen in live), tuple(unavailable), p.query, p.k,
                 p.tau, filters, p.include_text, p.rerank, p.fusion)
 
-    def _lookup(self, key: tuple[Any, ...], live: list[tuple[Source, int]]
+    def _lookup(self, key: tuple[Any, ...], live: list[tuple[Repo, int]]
                 ) -> QueryAnswer | None:
         with self._lock:
-            if self._cache is not None and any(self._generations.get(src.name) not in (None, g)
-                                               for src, g in live):
+            if self._cache is not None and any(self._generations.get(repo.name) not in (None, g)
+                                               for repo, g in live):
                 self._cache.clear()  # a new generation invalidates every memo at once
-            self._generations.update((src.name, g) for src, g in live)
+            self._generations.update((repo.name, g) for repo, g in live)
             cached = self._cache.get(key) if self._cache is not None else None
             if cached is not None:
                 self.cache_hits += 1
         return cached
 
-    def _hit(self, cached: QueryAnswer, live: list[tuple[Source, int]], t0: float
-             ) -> QueryAnswer:
-        return replace(cached, took_ms=(time.perf_counter() - t0) * 1000, cache_hit=True,
-                       stale_files=self._fresh([s for s, _ in live]))
-
     @staticmethod
-    def _open(chosen: list[Source]) -> tuple[list[tuple[Source, int]], dict[str, str]]:
+    def _open(chosen: list[Repo]) -> tuple[list[tuple[Repo, int]], dict[str, str]]:
         """The repositories with a usable index, and why the others have none. One repository
         without an index must not take the others down; with none usable the error stands."""
-        live: list[tuple[Source, int]] = []
+        live: list[tuple[Repo, int]] = []
         unavailable: dict[str, str] = {}
         first: IndexUnavailable | None = None
-        for src in chosen:
+        for repo in chosen:
             try:
-                live.append((src, src.retriever.handle.get().generation))
+                live.append((repo, repo.retriever.handle.get().generation))
             except IndexUnavailable as exc:
                 first = first or exc
-                unavailable[src.name] = exc.message
+                unavailable[repo.name] = exc.message
         if not live:
             assert first is not None
             if len(chosen) == 1:
@@ -260,38 +235,32 @@ class QueryService:
                                    + "; ".join(f"{n}: {m}" for n, m in unavailable.items()))
         return live, unavailable
 
-    def _fresh(self, sources: list[Source]) -> int | None:
-        counts = []
-        for src in sources:
-            if src.freshness is None:
-                continue
-            try:
-                counts.append(src.freshness())
-            except Exception:  # freshness is informative; it must never fail a query
-                continue
-        known = [c for c in counts if c is not None]
+    def _fresh(self, repos: list[Repo]) -> int | None:
+        # Freshness.get never waits and never raises: the count is informative
+        known = [c for c in (r.freshness.get() for r in repos if r.freshness is not None)
+                 if c is not None]
         return sum(known) if known else None
 
-    def _answer(self, p: QueryParams, filters: Filters, sources: list[Source],
+    def _answer(self, p: QueryParams, filters: Filters, repos: list[Repo],
                 unavailable: dict[str, str]) -> QueryAnswer:
         timings: dict[str, float] = {}
         found: list[_Found] = []
         taus: list[float] = []
         retrievals: dict[str, Retrieval] = {}
-        for src in sources:
+        for repo in repos:
             try:
-                r = src.retriever.retrieve(p.query, filters, fusion=p.fusion)
+                r = repo.retriever.retrieve(p.query, filters, fusion=p.fusion)
             except IndexUnavailable as exc:  # it went away since _open: answer from the rest
-                if len(sources) == 1:
+                if len(repos) == 1:
                     raise
-                unavailable[src.name] = exc.message
+                unavailable[repo.name] = exc.message
                 continue
             for name, ms in r.timings.items():
                 timings[name] = timings.get(name, 0.0) + ms
-            retrievals[src.name] = r
+            retrievals[repo.name] = r
             taus.append(r.calibration.tau if p.tau is None else float(p.tau))
-            found.extend(_Found(src, h, r) for h in r.hits)
-        if len(sources) > 1:
+            found.extend(_Found(repo, h, r) for h in r.hits)
+        if len(repos) > 1:
             # Stable: equal scores keep the serving order of repositories, then each one's rank.
             found.sort(key=lambda f: -f.hit.score)
         found = self._rerank(p, found, timings)
@@ -312,7 +281,7 @@ class QueryService:
         elif not wanted:
             notes.append("nothing matched; check the filters or rephrase")
         t = time.perf_counter()
-        out, cut, nbytes, nred = self._render(kept, p)
+        out, cut, nred = self._render(kept, p)
         timings["format_ms"] = (time.perf_counter() - t) * 1000
         if cut and not notes:
             notes.append(f"{cut} more hit(s) cut by the response budget "
@@ -333,9 +302,12 @@ class QueryService:
             returned=len(out), dropped_by_tau=dropped, cut_by_budget=cut,
             tokens_returned=sum(f.span.byte_len for f in kept[: len(out)]) // TOKEN_BYTES,
             tokens_whole_files=whole // TOKEN_BYTES,
-            bytes_out=nbytes, redactions=nred, generation=next(iter(gens.values()), 0),
+            redactions=nred, took_ms=0.0, cache_hit=False,
+            index_generation=next(iter(gens.values()), 0),
             timings={k: round(v, 3) for k, v in timings.items()},
-            generations=gens, unavailable=dict(unavailable),
+            # which generation, and which repository could not answer, when several are served
+            generations=gens if len(self.repos) > 1 else None,
+            unavailable=dict(unavailable) if len(self.repos) > 1 and unavailable else None,
         )
 
     def _join(self, found: list[_Found], k: int, tau_of: Callable[[_Found], float]
@@ -345,7 +317,7 @@ class QueryService:
 
         The groups are planned for the most rag_query ever returns (``MAX_K``) whatever ``k``
         asks, so a smaller k is always the beginning of a larger one's answer."""
-        placed = [Placed((id(f.source), f.hit.span.path), f.hit.span.start_line,
+        placed = [Placed((id(f.repo), f.hit.span.path), f.hit.span.start_line,
                          f.hit.span.end_line, f.hit.score >= tau_of(f)) for f in found]
         groups = plan_joins(placed, MAX_K, gap=self.s.join_gap, max_lines=self.s.join_max_lines)
         out: list[_Found] = []
@@ -361,7 +333,7 @@ class QueryService:
     def _joined(self, members: list[_Found]) -> _Joined | None:
         lead = members[0]
         spans = sorted((f.hit.span for f in members), key=lambda sp: sp.start_line)
-        got = join_parts(lead.source.root, lead.hit.span.path,
+        got = join_parts(lead.repo.root, lead.hit.span.path,
                          [(sp.start_line, sp.end_line, sp.digest) for sp in spans],
                          max_bytes=self.s.max_file_bytes)
         if got is None:
@@ -380,21 +352,21 @@ class QueryService:
             return found
         top = found[: self.s.rerank_candidates]
         t = time.perf_counter()
-        for src in dict.fromkeys(f.source for f in top) or self.sources.values():
-            if src.reranker is None:
+        for repo in dict.fromkeys(f.repo for f in top) or self.repos.values():
+            if repo.reranker is None:
                 raise InvalidArgument(
                     "rerank needs a cross-encoder: set query.reranker_model (RAG_RERANKER_MODEL) "
                     "to a local model folder")
-            slots = [i for i, f in enumerate(top) if f.source is src]
+            slots = [i for i, f in enumerate(top) if f.repo is repo]
             mine = {id(top[i].hit): top[i] for i in slots}
-            ranked = src.reranker(p.query, [top[i].hit for i in slots])
+            ranked = repo.reranker(p.query, [top[i].hit for i in slots])
             for i, h in zip(slots, ranked, strict=True):
                 top[i] = mine[id(h)]
         timings["rerank_ms"] = (time.perf_counter() - t) * 1000
         return top  # as before several repositories: only the reranked candidates compete
 
     def _render(self, kept: list[_Found], p: QueryParams
-                ) -> tuple[list[QueryHit], int, int, int]:
+                ) -> tuple[list[QueryHit], int, int]:
         """Apply the span and byte budgets; redact previews and texts."""
         out: list[QueryHit] = []
         used = 0
@@ -412,7 +384,7 @@ class QueryService:
             n2 = 0
             if p.include_text:
                 raw, stale = ((f.joined.text, False) if f.joined is not None
-                              else self._text(f.source.root, h, f.retrieval.index))
+                              else self._text(f.repo.root, h, f.retrieval.index))
                 text, counts = redact(raw)  # the whole text first, then the cap
                 n2 = sum(counts.values())
                 text, truncated = cap_text(text, max(256, self.s.max_bytes - used - 300))
@@ -427,9 +399,9 @@ class QueryService:
                 kind=sp.kind, language=sp.language, symbol=redact_label(sp.symbol),
                 parent=redact_label(sp.parent), heading=redact_label(sp.heading),
                 score=round(h.score, 4), preview=preview, text=text,
-                stale=stale, truncated=truncated, repo=f.source.name,
+                stale=stale, truncated=truncated, repo=f.repo.name,
                 parts=f.joined.parts if f.joined is not None else None))
-        return out, cut, used, redactions
+        return out, cut, redactions
 
     def _text(self, root: Path, h: Hit, idx: Any) -> tuple[str, bool]:
         sp = h.span

@@ -1,28 +1,47 @@
-"""Several repositories behind one server: their names, picking them, and finding a span in them.
+"""The served repositories: the record of one, their names, and which ones a request names.
 
 A server serves one root by default and can be given several (``--root A --root B``,
-``RAG_ROOTS``, ``repo.roots``). Each root keeps its own index; this module only decides what a
-request means: which repositories a ``repo`` argument names, and which repository holds a span ID
-when the caller did not say.
+``RAG_ROOTS``, ``repo.roots``). Each root keeps its own index and is one ``Repo``; the query
+service searches them (``search.query``) and ``search.spanget.find_span`` finds which one holds
+a span ID when the caller did not say.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from rag_mcp.config import Settings
-from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, RagError, Stale
+from rag_mcp.errors import InvalidArgument
 from rag_mcp.index.handle import IndexHandle
 from rag_mcp.index.spans import parse_span_id
-from rag_mcp.search.spanget import SpanResult, get_span
+from rag_mcp.search.freshness import Freshness
+from rag_mcp.search.retrieve import Hit, Retriever
 
 #: longest repository name; a longer one keeps its start and gets a hash of the whole path
 MAX_NAME = 100
 #: separates the repository from the span ID in ``fetch`` ids when several repos are served
 QUALIFIER = ":"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Repo:
+    """One served repository: its name, its own settings (root, index), its index handle and
+    retriever, and, where the server keeps them, its freshness count and cross-encoder."""
+
+    name: str
+    settings: Settings
+    handle: IndexHandle
+    retriever: Retriever
+    freshness: Freshness | None = None
+    #: reorders this repository's top hits (``rerank=true``); None: no model configured
+    reranker: Callable[[str, list[Hit]], list[Hit]] | None = None
+
+    @property
+    def root(self) -> Path:
+        return Path(self.settings.root)
 
 
 def _clean(part: str) -> str:
@@ -92,51 +111,3 @@ def split_qualified(served: Sequence[str], id_: str) -> tuple[str | None, str]:
             return None, id_
         return head, rest
     return None, id_
-
-
-class RepoLike(Protocol):
-    name: str
-    settings: Settings
-    handle: IndexHandle
-
-
-def find_span(repos: Sequence[RepoLike], span_id: object, repo: str | Sequence[str] | None = None,
-              context_lines: int = 0, *, max_bytes: int | None = None
-              ) -> tuple[RepoLike, SpanResult]:
-    """The span ``span_id`` in the named repository, or in the only one that holds it.
-
-    Each lookup reads only under its own root, so a span ID can never reach another root's files.
-    """
-    by_name = {r.name: r for r in repos}
-    chosen = [by_name[n] for n in select(list(by_name), repo)]
-    if len(chosen) == 1:
-        only = chosen[0]
-        return only, get_span(only.handle, only.settings, span_id, context_lines,
-                              max_bytes=max_bytes)
-    parse_span_id(span_id)  # a malformed id is the caller's mistake in every repository
-    found: list[tuple[RepoLike, SpanResult | Stale]] = []
-    unavailable: list[str] = []
-    for r in chosen:
-        try:
-            found.append((r, get_span(r.handle, r.settings, span_id, context_lines,
-                                      max_bytes=max_bytes)))
-        except Stale as exc:  # the id is this repository's, but its text changed
-            found.append((r, exc))
-        except NotFound:
-            continue
-        except IndexUnavailable:
-            unavailable.append(r.name)
-    if len(found) > 1:
-        names = ", ".join(r.name for r, _ in found)
-        raise InvalidArgument(f"span {span_id} is in several repositories ({names}); pass repo "
-                              "to say which")
-    if found:
-        r, got = found[0]
-        if isinstance(got, RagError):
-            raise got
-        return r, got
-    if unavailable and len(unavailable) == len(chosen):
-        raise IndexUnavailable(f"no usable index in {', '.join(unavailable)}; see rag_health")
-    missing = f" (not searched, no usable index: {', '.join(unavailable)})" if unavailable else ""
-    raise NotFound(f"no span {span_id} in {', '.join(r.name for r in chosen)}{missing}; use an "
-                   "id returned by rag_query (the index may have been rebuilt since)")

@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = _settings(args)
         if args.command == "ask":
-            from rag_mcp.serve.server import ask
+            from rag_mcp.serve.ask import ask
 
             return ask(settings, args.query, k=args.k, include_text=args.include_text,
                        as_json=args.json, config=args.config)

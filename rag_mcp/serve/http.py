@@ -51,7 +51,7 @@ from rag_mcp.errors import ConfigError, RagError
 if TYPE_CHECKING:
     import uvicorn
 
-    from rag_mcp.serve.server import RagServer
+    from rag_mcp.serve.sdk import RagServer
 
 log = logging.getLogger("rag_mcp.serve.http")
 

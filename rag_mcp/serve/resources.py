@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rag_mcp.deps import Deps, Repo
+from rag_mcp.deps import Deps
 from rag_mcp.errors import RagError
 from rag_mcp.search.query import QueryParams
+from rag_mcp.search.repos import Repo
 
 SEARCH_TIPS = """\
 # Searching this repository with rag-mcp
@@ -65,7 +66,7 @@ def index_stats(deps: Deps) -> dict[str, Any]:
     served), or why there is none (never raises)."""
     cache = deps.queries.cache_stats()
     if not deps.multi:
-        return {**repo_stats(next(iter(deps.repos.values()))), "cache": cache}
+        return {**repo_stats(deps.repo()), "cache": cache}
     return {"repos": {name: {"root": r.settings.root, **repo_stats(r)}
                       for name, r in deps.repos.items()}, "cache": cache}
 

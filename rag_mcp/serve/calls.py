@@ -1,0 +1,66 @@
+"""One tool call as the server makes it: the tool function in a worker thread, its result as
+text plus structured content, and one JSONL log line, whatever happens."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import anyio
+from mcp.types import CallToolResult, TextContent
+from pydantic import TypeAdapter
+
+from rag_mcp.errors import E_INTERNAL, RagError
+from rag_mcp.search.redact import redact
+from rag_mcp.serve.sdk import RagServer, output_model
+from tools._base import ToolSpec
+
+
+def tool_function(server: RagServer, spec: ToolSpec) -> Callable[..., Any]:
+    """An async function with ``spec.fn``'s signature minus ``deps``, for ``FastMCP.add_tool``:
+    FastMCP validates the arguments against that signature and takes the output schema from
+    ``spec.result``."""
+    sig = inspect.signature(spec.fn, eval_str=True)
+    params = [p for n, p in sig.parameters.items() if n != "deps"]
+    dump = TypeAdapter(spec.result).dump_python
+
+    async def call(**kwargs: Any) -> CallToolResult:
+        deps = server.deps
+        assert deps is not None, "the server's dependencies are built in its lifespan"
+        t0 = time.perf_counter()
+        record: dict[str, Any] = {"tool": spec.name, "client": server.client_info()}
+        q = kwargs.get("query") if "query" in kwargs else kwargs.get("question")
+        record.update(deps.log.query_field(q))
+        try:
+            # a worker thread: a query waits on the model, the disk or Ollama, never the loop
+            result = await anyio.to_thread.run_sync(functools.partial(spec.fn, deps, **kwargs))
+            text = spec.render(result)
+            record.update(spec.log_fields(kwargs, result))
+            record["bytes_out"] = len(text.encode("utf-8", "replace"))
+            return CallToolResult(content=[TextContent(type="text", text=text)],
+                                  structuredContent=dump(result, mode="json"))
+        except RagError as exc:
+            record.update(spec.log_fields(kwargs, None))
+            record["error"] = exc.code
+            exc._rag_logged = True  # type: ignore[attr-defined]
+            raise
+        except Exception as exc:
+            record["error"] = E_INTERNAL
+            exc._rag_logged = True  # type: ignore[attr-defined]
+            raise
+        finally:
+            record["took_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+            for key in ("span_id", "path"):
+                if isinstance(record.get(key), str):
+                    record[key] = redact(record[key])[0]
+            deps.log.write(record)
+
+    call.__name__ = spec.name
+    call.__doc__ = spec.fn.__doc__
+    ret = Annotated[CallToolResult, output_model(spec.result)]
+    call.__signature__ = sig.replace(parameters=params, return_annotation=ret)  # type: ignore[attr-defined]
+    call.__annotations__ = {p.name: p.annotation for p in params} | {"return": ret}
+    return call
