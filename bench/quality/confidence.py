@@ -110,7 +110,8 @@ def ask(deps: Deps, ev_name: str, q: dict, gold: bool) -> Asked:
     return Asked(ev_name, str(q["id"]), text, ans.low_confidence,
                  ans.hits[0].score if ans.hits else 0.0, top.cos if top else 0.0,
                  top.lex if top else 0.0, absent / len(tokens) if tokens else 1.0, rr,
-                 {k: str(q[k]) for k in ("domain", "frame", "split", "part") if k in q}, more)
+                 more=more,
+                 extra={k: str(q[k]) for k in ("domain", "frame", "split", "part") if k in q})
 
 
 def offtopic_questions() -> list[dict]:
@@ -198,7 +199,7 @@ def report(on: list[Asked], off: list[Asked]) -> tuple[str, bool]:
     frame_table = md_table(["question frame", "asked", "flagged", "median top score"], [
         [frame, len(sel), _rate(sel), _median([a.top_score for a in sel])]
         for frame, sel in sorted(frames.items(), key=lambda kv: -len(kv[1]))])
-    parts_rows = []
+    parts_rows: list[list[object]] = []
     for name in OFFTOPIC_INDEXES:
         for part in ("whole", "frame", "rest"):
             sel = [a for a in off if a.set == name and a.extra.get("part", "whole") == part
