@@ -133,7 +133,8 @@ def frame_parts(questions: list[dict]) -> list[dict]:
 
 
 def measure(sets: list[str]) -> tuple[list[Asked], list[Asked]]:
-    """(on-topic, off-topic) questions asked; per-question features saved as JSONL."""
+    """(on-topic, off-topic) questions asked; per-question features saved as JSONL (the rows
+    of sets not asked this time are kept, so ``--saved`` can report every set)."""
     on: list[Asked] = []
     off: list[Asked] = []
     questions = offtopic_questions()
@@ -156,8 +157,11 @@ def measure(sets: list[str]) -> tuple[list[Asked], list[Asked]]:
         print(f"{name}: {sum(1 for a in on if a.set == name)} on-topic asked", flush=True)
     FEATURES.mkdir(parents=True, exist_ok=True)
     for label, rows in (("ontopic", on), ("offtopic", off)):
-        (FEATURES / f"{label}.jsonl").write_bytes(
-            b"".join(orjson.dumps(a.__dict__) + b"\n" for a in rows))
+        path = FEATURES / f"{label}.jsonl"
+        kept = [line for line in (path.read_bytes().splitlines() if path.exists() else [])
+                if line and orjson.loads(line)["set"] not in sets]  # other sets' last run
+        path.write_bytes(b"".join(line + b"\n" for line in kept)
+                         + b"".join(orjson.dumps(a.__dict__) + b"\n" for a in rows))
     return on, off
 
 
