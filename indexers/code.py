@@ -250,13 +250,26 @@ class _Layout:
         out: list[_Item] = []
         for item in merged:
             if item.kind == _DEF:
-                while out and out[-1].kind == _DOC and out[-1].last + 1 >= item.first:
+                first = item.first
+                while out and out[-1].kind == _DOC and self.leads(out[-1], item, first):
                     item.first = out.pop().first  # comments/decorators right above it
             elif item.kind == _TOK and out:
                 _absorb(out[-1], item)  # a closing `}` or `end` stays with what it closes
                 continue
             out.append(item)
         return out
+
+    def leads(self, doc: _Item, item: _Item, own: int) -> bool:
+        """Whether a comment belongs to the definition after it (which starts at ``own``
+        without its comments): right above it, or, when nothing is right above it, one blank
+        line above it (JSDoc written ``/** ... */``, blank, ``res.send = function``), unless the
+        comment opens the file (a licence or module header)."""
+        if doc.last + 1 >= item.first:
+            return True
+        lines = self.lines
+        return (item.first == own and item.first - doc.last == 2
+                and not lines[doc.last + 1].strip()
+                and any(line.strip() for line in lines[: doc.first]))
 
     def gather(self, parent: Node, out: list[_Item]) -> None:
         defs, docs = self.defs, self.grammar.doc_kinds

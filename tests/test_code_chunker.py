@@ -379,6 +379,22 @@ def test_an_error_node_wrapping_parsed_definitions_is_not_garbage() -> None:
     assert_tiles(CONDITIONAL_C, chunks)
 
 
+def test_a_doc_comment_one_blank_line_above_still_belongs_to_its_definition() -> None:
+    text = (
+        "/*! licence header */\n"
+        "\n"
+        "function first() {\n  return 1;\n}\n"
+        "\n"
+        "/**\n * Send a response.\n */\n"
+        "\n"
+        "res.send = function send(body) {\n  return body;\n};\n"
+    )
+    chunks = chunk_code(text, "javascript")
+    # express writes its JSDoc, a blank line, then the function; a file's header stays apart
+    assert [(c.start_line, c.symbol) for c in chunks] == [(1, None), (3, "first"),
+                                                         (7, "res.send")]
+
+
 def test_the_first_pattern_naming_a_node_wins() -> None:
     # both member-assignment patterns of javascript.scm could name it; the prototype one is first
     chunks = chunk_code("Layer.prototype.match = function (path) {\n  return 1;\n};\n",
