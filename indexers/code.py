@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from indexers.languages import Grammar
 
 #: bump when the spans produced for the same file change; the index rebuilds on a mismatch
-CHUNKER_VERSION = "code-2"
+CHUNKER_VERSION = "code-3"
 
 PREVIEW_CHARS = 200
 _LEAF_KINDS = frozenset({"function", "method", "macro"})
