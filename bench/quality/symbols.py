@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench._report import WORK, md_table, write_section
+from bench.quality_sets import ensure_kit
 from indexers.chunking import chunk_file, classify
 from indexers.languages import CODE_LANGUAGES, parser_for
 
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from tree_sitter import Node
 
 HERE = WORK / "symbols"
-KIT = Path("/work/shared/eval")
 GOAL = 0.95
 
 # -- the packages: one real, published package per parsed language -----------------------------
@@ -415,11 +415,12 @@ def kit_trees() -> list[tuple[str, Path]]:
         tmp = semble.with_name("semble.part")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        with tarfile.open(KIT / "semble" / "repos.tar.xz") as tar:
+        with tarfile.open(ensure_kit() / "semble" / "repos.tar.xz") as tar:
             tar.extractall(tmp, filter="data")
         tmp.rename(semble)
     trees = [(f"semble/{p.name}", p) for p in sorted(semble.iterdir()) if p.is_dir()]
-    trees += [(f"kit/{name}", KIT / "sets" / name / "corpus") for name in ("docstring", "cosqa")]
+    kit = ensure_kit()
+    trees += [(f"kit/{name}", kit / "sets" / name / "corpus") for name in ("docstring", "cosqa")]
     return trees
 
 
