@@ -174,6 +174,8 @@ class _Layout:
         self.defs: dict[int, _Def] = {}
         self.def_spans: list[tuple[int, int, int]] = []  # (start_byte, end_byte, id), sorted
         self.drafts: list[_Draft] = []
+        #: the file's first non-blank row (a comment there is the file's header)
+        self.head = next((row for row, line in enumerate(lines) if line.strip()), 0)
 
     def size(self, first: int, last: int) -> int:
         """Characters of rows ``first..last`` with their newlines."""
@@ -205,6 +207,7 @@ class _Layout:
                     continue
                 known = widest.get(name_node.id)
                 if known is not None and known.id != node.id:
+                    # `@decorator def f` and `def f` both match: the wider (decorated) one wins
                     if known.end_byte - known.start_byte >= node.end_byte - node.start_byte:
                         continue
                     found.pop(known.id, None)
@@ -266,10 +269,8 @@ class _Layout:
         comment opens the file (a licence or module header)."""
         if doc.last + 1 >= item.first:
             return True
-        lines = self.lines
         return (item.first == own and item.first - doc.last == 2
-                and not lines[doc.last + 1].strip()
-                and any(line.strip() for line in lines[: doc.first]))
+                and not self.lines[doc.last + 1].strip() and doc.first > self.head)
 
     def gather(self, parent: Node, out: list[_Item]) -> None:
         defs, docs = self.defs, self.grammar.doc_kinds
