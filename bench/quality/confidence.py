@@ -87,7 +87,7 @@ class Asked:
 def ask(deps: Deps, ev_name: str, q: dict, gold: bool) -> Asked:
     text = q["query"]
     ans = deps.queries.query(QueryParams(query=text, k=10, tau=None))
-    got = deps.retriever.retrieve(text, Filters())
+    got = deps.repo().retriever.retrieve(text, Filters())
     top = got.hits[0] if got.hits else None
     tokens = list(dict.fromkeys(tokenize(text)))
     lexical = got.index.lexical
