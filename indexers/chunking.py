@@ -10,7 +10,7 @@ from rag_mcp.index.spans import Chunk, split_lines
 
 # Bumped when the mapping from file to chunks changes in this module; the code and docs
 # chunkers carry their own versions.
-DISPATCH_VERSION = "1"
+DISPATCH_VERSION = "2"
 CHUNKER_VERSION = (
     f"{code.CHUNKER_VERSION}+docs-{docs.DOCS_CHUNKER_VERSION}+dispatch-{DISPATCH_VERSION}"
 )
@@ -56,6 +56,11 @@ def classify(rel: str, head: str) -> tuple[str, str]:
     lang = languages.code_language_for_path(rel)
     if lang:
         return lang, "code"
+    if not PurePosixPath(rel).suffix:
+        # a script named without a suffix (bin/deploy) says what it is on its `#!` line
+        lang = languages.code_language_for_shebang(head.split("\n", 1)[0])
+        if lang:
+            return lang, "code"
     fmt = docs.detect_doc_format(rel, head)
     if fmt:
         return fmt, ("text" if fmt == "text" else "doc")

@@ -19,6 +19,7 @@ Rust ``Span.len`` (``impl Span``), and a C++ out-of-line ``Cache::find`` is ``Ca
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, NamedTuple
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from indexers.languages import Grammar
 
 #: bump when the spans produced for the same file change; the index rebuilds on a mismatch
-CHUNKER_VERSION = "code-1"
+CHUNKER_VERSION = "code-3"
 
 PREVIEW_CHARS = 200
 _LEAF_KINDS = frozenset({"function", "method", "macro"})
@@ -109,23 +110,32 @@ def chunk_code(text: str, language: str, *, budget_chars: int = 1500) -> list[Ch
     # whatever the encoding and line endings (and its lexer skips a leading BOM)
     source = text.encode("utf-8", "surrogatepass")
     root = parser.parse(source).root_node
-    if root.has_error:
-        _check_usable(found, root, lines)
+    layout = _Layout(found, source, lines, budget_chars)
     try:
-        drafts = _Layout(found, source, lines, budget_chars).run(root)
+        layout.find_definitions(root)
+        if root.has_error:
+            _check_usable(found, root, lines, layout.holds_definition)
+        drafts = layout.run(root)
     except RecursionError:
         raise ParseFailed("too_deep") from None
     return _finish(drafts, lines)
 
 
-def _check_usable(found: Grammar, root: Node, lines: list[str]) -> None:
-    if root.is_error:
-        raise ParseFailed("parse_error")
+def _check_usable(found: Grammar, root: Node, lines: list[str],
+                  holds_definition: Callable[[Node], bool]) -> None:
+    """Raise ``ParseFailed`` when too much of the file is garbage to the parser.
+
+    Garbage is what ERROR nodes cover, except ERROR nodes the parser recovered definitions
+    inside: a conditional-compilation line in a parameter list (``#if`` in C, C++, C#) makes
+    it wrap a whole file, or the rest of it, in one ERROR node whose functions all parse; the
+    small ERROR nodes around the ``#if`` itself still count."""
     from tree_sitter import QueryCursor
 
     errors = QueryCursor(found.errors).captures(root).get("error", [])
     covered, reach = 0, -1
-    for first, last in sorted((node.start_point[0], _last_row(node)) for node in errors):
+    spans = sorted((node.start_point[0], _last_row(node)) for node in errors
+                   if not holds_definition(node))
+    for first, last in spans:
         if last > reach:
             covered += last - max(first, reach + 1) + 1
             reach = last
@@ -146,8 +156,10 @@ def _preview(line: str) -> str:
 
 
 def _clean_name(raw: bytes) -> str:
+    """A name as the symbol writes it: quotes and sigils off (``'fresh'``, Ruby ``:fresh``),
+    whitespace collapsed, ``::`` written ``.``."""
     name = " ".join(raw.decode("utf-8", "replace").split())
-    return name.strip("\"'").replace("::", ".")
+    return name.strip("\"'`").lstrip(":").replace("::", ".")
 
 
 class _Layout:
@@ -162,22 +174,28 @@ class _Layout:
         self.defs: dict[int, _Def] = {}
         self.def_spans: list[tuple[int, int, int]] = []  # (start_byte, end_byte, id), sorted
         self.drafts: list[_Draft] = []
+        #: the file's first non-blank row (a comment there is the file's header)
+        self.head = next((row for row, line in enumerate(lines) if line.strip()), 0)
 
     def size(self, first: int, last: int) -> int:
         """Characters of rows ``first..last`` with their newlines."""
         return self.offsets[last + 1] - self.offsets[first] + last + 1 - first
 
     def run(self, root: Node) -> list[_Draft]:
-        self.find_definitions(root)
+        """Lay the file out; ``find_definitions`` must have run on the same tree."""
         self.emit_level(self.collect(root), None)
         return self.drafts
 
     def find_definitions(self, root: Node) -> None:
+        """Read the query's definitions. When two patterns capture the same node, the one
+        written first in the query file wins (specific forms before general ones); when two
+        definitions share a name node (``@decorator def f`` and ``def f``), the wider wins."""
         from tree_sitter import QueryCursor
 
         widest: dict[int, Node] = {}  # name node id -> widest definition naming it
         found: dict[int, tuple[Node, str, Node, list[Node] | None]] = {}
-        for _, captures in QueryCursor(self.grammar.definitions).matches(root):
+        pattern_of: dict[int, int] = {}  # definition node id -> the pattern that named it
+        for pattern, captures in QueryCursor(self.grammar.definitions).matches(root):
             names = captures.get("name")
             if not names:
                 continue
@@ -185,13 +203,19 @@ class _Layout:
                 if not capture.startswith("definition."):
                     continue
                 node, name_node = nodes[0], names[0]
+                if pattern_of.get(node.id, pattern) < pattern:
+                    continue
                 known = widest.get(name_node.id)
-                if known is not None:
+                if known is not None and known.id != node.id:
                     # `@decorator def f` and `def f` both match: the wider (decorated) one wins
                     if known.end_byte - known.start_byte >= node.end_byte - node.start_byte:
                         continue
                     found.pop(known.id, None)
+                previous = found.get(node.id)
+                if previous is not None:
+                    widest.pop(previous[2].id, None)
                 widest[name_node.id] = node
+                pattern_of[node.id] = pattern
                 found[node.id] = (node, capture[11:], name_node, captures.get("parent"))
         source = self.source
         for node, kind, name_node, owner in found.values():
@@ -229,13 +253,24 @@ class _Layout:
         out: list[_Item] = []
         for item in merged:
             if item.kind == _DEF:
-                while out and out[-1].kind == _DOC and out[-1].last + 1 >= item.first:
+                first = item.first
+                while out and out[-1].kind == _DOC and self.leads(out[-1], item, first):
                     item.first = out.pop().first  # comments/decorators right above it
             elif item.kind == _TOK and out:
                 _absorb(out[-1], item)  # a closing `}` or `end` stays with what it closes
                 continue
             out.append(item)
         return out
+
+    def leads(self, doc: _Item, item: _Item, own: int) -> bool:
+        """Whether a comment belongs to the definition after it (which starts at ``own``
+        without its comments): right above it, or, when nothing is right above it, one blank
+        line above it (JSDoc written ``/** ... */``, blank, ``res.send = function``), unless the
+        comment opens the file (a licence or module header)."""
+        if doc.last + 1 >= item.first:
+            return True
+        return (item.first == own and item.first - doc.last == 2
+                and not self.lines[doc.last + 1].strip() and doc.first > self.head)
 
     def gather(self, parent: Node, out: list[_Item]) -> None:
         defs, docs = self.defs, self.grammar.doc_kinds

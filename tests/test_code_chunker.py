@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from indexers.chunking import chunk_file, classify
 from indexers.code import CHUNKER_VERSION, ParseFailed, chunk_code
 from indexers.languages import (
     CODE_LANGUAGES,
@@ -123,7 +124,7 @@ def test_rust_attributes_and_doc_comments_stay_with_the_item() -> None:
     chunks = chunk_code(fixture_text("rust"), "rust")
     struct = [c for c in chunks if c.symbol == "Span" and dict(c.meta)["def"] == "struct"]
     assert struct[0].start_line == 8  # `/// One indexed range` above `#[derive(...)]`
-    assert [c.start_line for c in chunks if c.symbol == "tests"] == [56]  # `#[cfg(test)]`
+    assert [c.start_line for c in chunks if c.symbol == "tests"] == [62]  # `#[cfg(test)]`
 
 
 def test_nested_functions_stay_inside_their_function() -> None:
@@ -341,6 +342,94 @@ def test_a_local_syntax_error_still_gives_definition_spans() -> None:
     assert_tiles(text, chunks)
 
 
+CONDITIONAL_C = """\
+int open_index(const char *path)
+{
+    return open(path, O_RDONLY);
+}
+
+int close_index(int fd)
+{
+    return close(fd);
+}
+
+int count_cpus(void)
+{
+    static int mib[][2] = {
+# ifdef HW_NCPUONLINE
+        { CTL_HW, HW_NCPUONLINE },
+# endif
+        { CTL_HW, HW_NCPU }
+    };
+    return mib[0][0];
+}
+
+int main(void)
+{
+    return count_cpus();
+}
+"""
+
+
+def test_an_error_node_wrapping_parsed_definitions_is_not_garbage() -> None:
+    # `# ifdef` inside an initializer makes tree-sitter wrap the rest of the file in one ERROR
+    # node (over a third of the lines); the functions inside it still parse and keep names
+    chunks = chunk_code(CONDITIONAL_C, "c")
+    assert [c.symbol for c in chunks] == ["open_index", "close_index", None, "main"]
+    assert_tiles(CONDITIONAL_C, chunks)
+
+
+def test_a_doc_comment_one_blank_line_above_still_belongs_to_its_definition() -> None:
+    text = (
+        "/*! licence header */\n"
+        "\n"
+        "function first() {\n  return 1;\n}\n"
+        "\n"
+        "/**\n * Send a response.\n */\n"
+        "\n"
+        "res.send = function send(body) {\n  return body;\n};\n"
+    )
+    chunks = chunk_code(text, "javascript")
+    # express writes its JSDoc, a blank line, then the function; a file's header stays apart
+    assert [(c.start_line, c.symbol) for c in chunks] == [(1, None), (3, "first"),
+                                                         (7, "res.send")]
+
+
+def test_the_first_pattern_naming_a_node_wins() -> None:
+    # both member-assignment patterns of javascript.scm could name it; the prototype one is first
+    chunks = chunk_code("Layer.prototype.match = function (path) {\n  return 1;\n};\n",
+                        "javascript")
+    assert [(c.symbol, c.parent, dict(c.meta)["def"]) for c in chunks] == [
+        ("Layer.match", "Layer", "method")]
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "symbols"),
+    [
+        ("javascript", "res.type = res.contentType = function contentType(type) {\n};\n",
+         ["res.type"]),
+        ("javascript", "exports.json = function (v) {\n  return v;\n};\n", ["exports.json"]),
+        ("javascript", "module.exports = function () {\n  return 1;\n};\n",
+         ["module.exports"]),
+        ("javascript", "run(function dispatch(resolve) {\n  resolve();\n});\n", ["dispatch"]),
+        ("javascript", "on('close', function () {\n  done();\n});\n", [None]),
+        ("typescript", "inst.parse = (data: unknown) => {\n  return data;\n};\n",
+         ["inst.parse"]),
+        ("python", "class A:\n    key = lambda self: self.k\n", ["A", "A.key"]),
+        ("ruby", "task :build do\n  sh 'make'\nend\n", ["build"]),
+        ("ruby", "Struct.new(:a) do\n  1\nend\n", [None]),
+        ("go", "package p\n\ntype Handler func(int) error\n", [None, "Handler"]),
+        ("c_sharp", "class A {\n    public int X { get; set; }\n}\n", ["A"]),
+        ("php", "<?php\n$f = fn($x) => $x * 2;\n", [None, "f"]),
+        ("rust", "impl Shape for [u8] {\n    fn area(&self) -> u32 { 0 }\n}\n",
+         ["[u8]", "[u8].area"]),
+    ],
+)
+def test_bound_functions_are_named_by_what_binds_them(language: str, text: str,
+                                                       symbols: list[str | None]) -> None:
+    assert [c.symbol for c in chunk_code(text, language)] == symbols
+
+
 def test_nesting_deeper_than_python_recursion_raises_parse_failed() -> None:
     text = "namespace a {\n" * 1500 + "void f() {}\n" + "}\n" * 1500
     with pytest.raises(ParseFailed) as info:
@@ -451,6 +540,17 @@ def test_code_language_for_path(path: str, language: str | None) -> None:
 )
 def test_code_language_for_shebang(line: str, language: str | None) -> None:
     assert code_language_for_shebang(line) == language
+
+
+def test_a_script_without_a_suffix_is_parsed_by_its_shebang() -> None:
+    script = "#!/usr/bin/env bash\nset -e\n\ndeploy() {\n  echo up\n}\n\ndeploy\n"
+    assert classify("bin/deploy", script) == ("bash", "code")
+    chunked = chunk_file("bin/deploy", script, budget_chars=1500, window_lines=40,
+                         window_overlap=0)
+    assert "deploy" in [c.symbol for c in chunked.chunks]
+    # a suffix decides alone: a text file that happens to start with #! stays text
+    assert classify("notes.txt", script) == ("text", "text")
+    assert classify("LICENSE", "Copyright (c) 2024\n")[0] != "bash"
 
 
 def test_every_language_has_a_query_with_blocks_and_a_fixture() -> None:

@@ -11,6 +11,27 @@
 (destructor_declaration name: (identifier) @name) @definition.method
 (operator_declaration operator: _ @name) @definition.method
 (local_function_statement name: (identifier) @name) @definition.function
+(conversion_operator_declaration type: _ @name) @definition.method
+(delegate_declaration name: (identifier) @name) @definition.type
+; static Func<Type, ITypeMap> Provider = type => ...: a field holding a lambda
+(field_declaration
+  (variable_declaration
+    (variable_declarator
+      name: (identifier) @name
+      [(lambda_expression) (anonymous_method_expression)]))) @definition.method
+; Properties, indexers and events with code in them are members like methods; an automatic
+; property (`{ get; set; }`) is data, like a field, and stays in its type's span.
+(property_declaration
+  name: (identifier) @name
+  accessors: (accessor_list (accessor_declaration body: (_)))) @definition.method
+(property_declaration name: (identifier) @name value: (arrow_expression_clause)) @definition.method
+(indexer_declaration
+  "this" @name
+  accessors: (accessor_list (accessor_declaration body: (_)))) @definition.method
+(indexer_declaration "this" @name value: (arrow_expression_clause)) @definition.method
+(event_declaration
+  name: (identifier) @name
+  accessors: (accessor_list (accessor_declaration body: (_)))) @definition.method
 
 ; Leading trivia: attached to the definition that follows without a blank line.
 (comment) @doc

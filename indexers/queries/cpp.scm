@@ -6,10 +6,12 @@
                                       (operator_name) (destructor_name)] @name)
     (pointer_declarator
       declarator: (function_declarator
-        declarator: [(identifier) (field_identifier) (qualified_identifier)] @name))
+        declarator: [(identifier) (field_identifier) (qualified_identifier)
+                     (operator_name)] @name))
     (reference_declarator
       (function_declarator
-        declarator: [(identifier) (field_identifier) (qualified_identifier)] @name))
+        declarator: [(identifier) (field_identifier) (qualified_identifier)
+                     (operator_name)] @name))
   ]) @definition.function
 (template_declaration
   (function_definition
@@ -18,10 +20,12 @@
                                         (operator_name) (destructor_name)] @name)
       (pointer_declarator
         declarator: (function_declarator
-          declarator: [(identifier) (field_identifier) (qualified_identifier)] @name))
+          declarator: [(identifier) (field_identifier) (qualified_identifier)
+                     (operator_name)] @name))
       (reference_declarator
         (function_declarator
-          declarator: [(identifier) (field_identifier) (qualified_identifier)] @name))
+          declarator: [(identifier) (field_identifier) (qualified_identifier)
+                     (operator_name)] @name))
     ])) @definition.function
 (class_specifier name: (_) @name body: (field_declaration_list)) @definition.class
 (struct_specifier name: (_) @name body: (field_declaration_list)) @definition.struct

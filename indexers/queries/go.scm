@@ -13,6 +13,13 @@
   name: (field_identifier) @name) @definition.method
 (type_spec name: (type_identifier) @name type: (struct_type)) @definition.struct
 (type_spec name: (type_identifier) @name type: (interface_type)) @definition.interface
+; every other named type (type HandlerFunc func(*Context), type Params []Param) and alias
+(type_spec name: (type_identifier) @name) @definition.type
+(type_alias name: (type_identifier) @name) @definition.type
+; var handler = func(...) {...}
+(var_spec
+  name: (identifier) @name
+  value: (expression_list . (func_literal) .)) @definition.function
 
 ; Leading trivia: attached to the definition that follows without a blank line.
 (comment) @doc

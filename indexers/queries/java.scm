@@ -8,6 +8,10 @@
 (method_declaration name: (identifier) @name) @definition.method
 (constructor_declaration name: (identifier) @name) @definition.method
 (compact_constructor_declaration name: (identifier) @name) @definition.method
+; static final Comparator<Node> BY_NAME = (a, b) -> ...: a field holding a lambda
+(field_declaration
+  declarator: (variable_declarator name: (identifier) @name value: (lambda_expression))
+  ) @definition.method
 
 ; Leading trivia: attached to the definition that follows without a blank line.
 (line_comment) @doc

@@ -7,6 +7,10 @@
 (enum_declaration name: (name) @name) @definition.enum
 (function_definition name: (name) @name) @definition.function
 (method_declaration name: (name) @name) @definition.method
+; $handler = function (...) {...}; $f = fn ($x) => ...
+(assignment_expression
+  left: (variable_name (name) @name)
+  right: [(anonymous_function) (arrow_function)]) @definition.function
 
 ; Leading trivia: attached to the definition that follows without a blank line.
 (comment) @doc

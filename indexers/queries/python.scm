@@ -6,6 +6,9 @@
   definition: (class_definition name: (identifier) @name)) @definition.class
 (decorated_definition
   definition: (function_definition name: (identifier) @name)) @definition.function
+; f = lambda x: ...: a lambda bound to a name is a function of that name
+(expression_statement
+  (assignment left: (identifier) @name right: (lambda))) @definition.function
 
 ; Leading trivia: attached to the definition that follows without a blank line.
 (comment) @doc

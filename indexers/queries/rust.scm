@@ -15,6 +15,8 @@
     (scoped_type_identifier name: (type_identifier) @name)
     (generic_type type: (scoped_type_identifier name: (type_identifier) @name))
   ]) @definition.impl
+; an impl for a type without a plain name: `impl Trait for bool`, `for &'a str`, `for [T]`
+(impl_item type: (_) @name) @definition.impl
 
 ; Leading trivia: attached to the definition that follows without a blank line.
 (line_comment) @doc

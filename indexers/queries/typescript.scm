@@ -25,6 +25,92 @@
 (public_field_definition
   name: (property_identifier) @name
   value: [(arrow_function) (function_expression)]) @definition.method
+; const A = class {}
+(lexical_declaration
+  (variable_declarator name: (identifier) @name value: (class))) @definition.class
+(variable_declaration
+  (variable_declarator name: (identifier) @name value: (class))) @definition.class
+; Members assigned a function: Layer.prototype.match = function () {} is the method Layer.match;
+; res.send = function send() {}, exports.json = ..., module.exports = ..., this.x = ... and
+; a.b.c = ... keep the object they are set on (res.send). A chain (res.type = res.contentType =
+; function () {}) is named by its first target.
+(assignment_expression
+  left: (member_expression
+    object: (member_expression
+      object: (_) @parent
+      property: (property_identifier) @_prototype (#eq? @_prototype "prototype"))
+    property: (property_identifier) @name)
+  right: [(function_expression) (arrow_function) (generator_function)
+          (assignment_expression right: [(function_expression) (arrow_function) (generator_function)])]) @definition.function
+(assignment_expression
+  left: (member_expression
+    object: [(identifier) (this)
+             (member_expression
+               property: (property_identifier) @_object (#not-eq? @_object "prototype"))
+            ] @parent
+    property: (property_identifier) @name)
+  right: [(function_expression) (arrow_function) (generator_function)
+          (assignment_expression right: [(function_expression) (arrow_function) (generator_function)])]) @definition.function
+(assignment_expression left: (identifier) @name right: [(function_expression) (arrow_function) (generator_function)]) @definition.function
+; module.exports = class Application Ellipsis, exports.Router = class Ellipsis
+(assignment_expression
+  left: (member_expression
+    object: [(identifier) (this) (member_expression)] @parent
+    property: (property_identifier) @name)
+  right: (class)) @definition.class
+(assignment_expression left: (identifier) @name right: (class)) @definition.class
+; An object literal of functions bound to a name is their container: exports.codecs = {json() {}}
+; gives exports.codecs.json (an object without functions stays a statement)
+(lexical_declaration
+  (variable_declarator
+    name: (identifier) @name
+    value: [(object (pair value: [(function_expression) (arrow_function)]))
+            (object (method_definition))])) @definition.object
+(variable_declaration
+  (variable_declarator
+    name: (identifier) @name
+    value: [(object (pair value: [(function_expression) (arrow_function)]))
+            (object (method_definition))])) @definition.object
+(assignment_expression
+  left: [(identifier) @name
+         (member_expression
+           object: [(identifier) (this) (member_expression)] @parent
+           property: (property_identifier) @name)]
+  right: [(object (pair value: [(function_expression) (arrow_function)]))
+          (object (method_definition))]) @definition.object
+; Object literal members holding a function: { toJSON: function () {}, 'get': () => x }
+(pair
+  key: (property_identifier) @name
+  value: [(function_expression) (arrow_function) (generator_function)]) @definition.function
+(pair
+  key: (string (string_fragment) @name)
+  value: [(function_expression) (arrow_function) (generator_function)]) @definition.function
+; defineGetter(req, 'fresh', function () {}): an object, a member's name, its function
+(call_expression
+  arguments: (arguments
+    .
+    (member_expression
+      object: (_) @parent
+      property: (property_identifier) @_prototype (#eq? @_prototype "prototype"))
+    .
+    (string (string_fragment) @name)
+    .
+    [(function_expression) (arrow_function)]
+    .)
+  (#match? @name "^[A-Za-z_$][A-Za-z0-9_$]*$")) @definition.function
+(call_expression
+  arguments: (arguments
+    .
+    [(identifier) (member_expression) (this)] @parent
+    .
+    (string (string_fragment) @name)
+    .
+    [(function_expression) (arrow_function)]
+    .)
+  (#match? @name "^[A-Za-z_$][A-Za-z0-9_$]*$")) @definition.function
+; any other function that carries its own name: new Promise(function dispatch(resolve) {...})
+(function_expression name: (identifier) @name) @definition.function
+(generator_function name: (identifier) @name) @definition.function
 
 ; Leading trivia: attached to the definition that follows without a blank line.
 (comment) @doc
