@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from indexers.progress import Progress
 from rag_mcp.config import Settings
-from rag_mcp.embed.core import Embedder, load_embedder
+from rag_mcp.embed import Embedder, load_embedder
 
 
 class ModelLoader:

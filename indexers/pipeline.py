@@ -30,7 +30,7 @@ from indexers.model_loader import ModelLoader
 from indexers.progress import Progress
 from indexers.vector_writer import RunCancelled, VectorWriter
 from rag_mcp.config import Settings, index_base
-from rag_mcp.embed.core import Embedder, model_identity
+from rag_mcp.embed import Embedder, model_identity
 from rag_mcp.errors import IndexUnavailable
 from rag_mcp.index import generation as gen
 from rag_mcp.index.catalog import Catalog

@@ -51,7 +51,7 @@ from indexers.pipeline import RunCancelled, RunStats, run_index
 from indexers.progress import Progress
 from indexers.walk import IgnoreMatcher
 from rag_mcp.config import Settings, find_git_root, index_base
-from rag_mcp.embed.core import Embedder, load_embedder
+from rag_mcp.embed import Embedder, load_embedder
 from rag_mcp.errors import IndexBusy, RagError
 from rag_mcp.index import generation as gen
 

@@ -16,7 +16,7 @@ from mcp.types import CallToolResult, TextContent
 
 from rag_mcp.config import Settings
 from rag_mcp.deps import Deps, build_deps
-from rag_mcp.embed.core import load_embedder
+from rag_mcp.embed import load_embedder
 from rag_mcp.embed.pool import EmbedderPool
 from rag_mcp.serve.sdk import RagServer
 from rag_mcp.serve.server import build_server

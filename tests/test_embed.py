@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag_mcp.embed import core as embed
-from rag_mcp.embed.core import HASH_MODEL, load_embedder, model_identity, plan_batches
-from rag_mcp.embed.onnx import OnnxEmbedder
+from rag_mcp.embed import HASH_MODEL, load_embedder, model_identity
+from rag_mcp.embed.batching import MAX_BATCH_TOKENS, plan_batches
+from rag_mcp.embed.models import offline, resolve_model
+from rag_mcp.embed.onnx_runtime import OnnxEmbedder
 from rag_mcp.errors import InvalidArgument
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,10 +68,10 @@ def onnx_int8(cache_dir: Path, onnx_fp32: OnnxEmbedder) -> OnnxEmbedder:
 @pytest.fixture(scope="module")
 def reference() -> np.ndarray:
     """sentence-transformers itself, the ground truth for the fp32 backends."""
-    embed.offline()  # module-scoped, so the autouse monkeypatch has not run yet
+    offline()  # module-scoped, so the autouse monkeypatch has not run yet
     from sentence_transformers import SentenceTransformer
 
-    st = SentenceTransformer(str(embed.resolve_model(MODEL)), device="cpu")
+    st = SentenceTransformer(str(resolve_model(MODEL)), device="cpu")
     return np.asarray(st.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True))
 
 
@@ -118,7 +119,7 @@ def test_truncation_at_the_model_window(onnx_fp32):
     from tokenizers import Tokenizer
 
     assert onnx_fp32.max_tokens == 256
-    vocab = Tokenizer.from_file(str(embed.resolve_model(MODEL) / "tokenizer.json")).get_vocab()
+    vocab = Tokenizer.from_file(str(resolve_model(MODEL) / "tokenizer.json")).get_vocab()
     whole = sorted((i, w) for w, i in vocab.items() if w.isascii() and w.isalpha() and len(w) > 3)
     words = [w for _, w in whole[1000:1600]]  # each one token
     long_text = " ".join(words)
@@ -133,7 +134,7 @@ def test_truncation_at_the_model_window(onnx_fp32):
 def test_documents_read_to_max_tokens(onnx_fp32, cache_dir):
     from tokenizers import Tokenizer
 
-    vocab = Tokenizer.from_file(str(embed.resolve_model(MODEL) / "tokenizer.json")).get_vocab()
+    vocab = Tokenizer.from_file(str(resolve_model(MODEL) / "tokenizer.json")).get_vocab()
     whole = sorted((i, w) for w, i in vocab.items() if w.isascii() and w.isalpha() and len(w) > 3)
     words = [w for _, w in whole[2000:2300]]  # each one token
     long_text, short = " ".join(words), "def f(x):\n    return x + 1"
@@ -155,7 +156,7 @@ def test_documents_read_to_max_tokens(onnx_fp32, cache_dir):
 def test_count_tokens_matches_the_model_tokenizer(onnx_fp32):
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(embed.resolve_model(MODEL) / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(resolve_model(MODEL) / "tokenizer.json"))
     tok.no_truncation()
     tok.no_padding()  # this tokenizer.json pads everything to 128
     want = [len(tok.encode(t).ids) for t in TEXTS]
@@ -173,7 +174,7 @@ def test_export_is_cached_and_onnx_load_does_not_import_torch(onnx_fp32, onnx_in
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from rag_mcp.embed.core import load_embedder\n"
+        "from rag_mcp.embed import load_embedder\n"
         "for backend in ('onnx', 'onnx-int8'):\n"
         f"    e = load_embedder({MODEL!r}, backend, cache_dir=Path(sys.argv[1]))\n"
         "    assert e.embed_query('open a file').shape == (384,)\n"
@@ -227,7 +228,7 @@ def test_model_identity():
     assert model_identity(MODEL, "onnx", max_tokens=256) == fp32
     assert model_identity(MODEL, "onnx", max_tokens=1000) == fp32
     assert fp32.startswith(MODEL + "|")
-    assert model_identity(str(embed.resolve_model(MODEL)), "onnx").split("|")[1:] == \
+    assert model_identity(str(resolve_model(MODEL)), "onnx").split("|")[1:] == \
         fp32.split("|")[1:]  # the same weights by path: the same digest
 
 
@@ -247,7 +248,7 @@ def test_hash_model_is_deterministic_and_light(tmp_path):
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from rag_mcp.embed.core import HASH_MODEL, load_embedder\n"
+        "from rag_mcp.embed import HASH_MODEL, load_embedder\n"
         "e = load_embedder(HASH_MODEL, 'onnx', cache_dir=Path('.'))\n"
         "print(json.dumps(e.embed_query('def parse_args(argv)').tolist()))\n"
         "assert not {'torch', 'onnxruntime', 'tokenizers'} & set(sys.modules)\n"
@@ -295,7 +296,7 @@ def test_plan_batches_sorts_caps_and_covers_every_text():
     mixed = [150] * 40 + [12] * 40
     sizes = []
     for b in plan_batches(mixed, 32):
-        assert len(b) * max(mixed[i] for i in b) <= embed.MAX_BATCH_TOKENS
+        assert len(b) * max(mixed[i] for i in b) <= MAX_BATCH_TOKENS
         sizes.append(len(b))
     assert max(sizes) == 32 and min(sizes) < 8  # short texts fill a batch, long ones do not
 
@@ -307,7 +308,7 @@ def test_two_processes_export_once(tmp_path):
         "import logging, sys\n"
         "from pathlib import Path\n"
         "logging.basicConfig(level=logging.INFO)\n"
-        "from rag_mcp.embed.core import load_embedder\n"
+        "from rag_mcp.embed import load_embedder\n"
         f"e = load_embedder({MODEL!r}, 'onnx', cache_dir=Path(sys.argv[1]))\n"
         "print(' '.join(f'{x:.6f}' for x in e.embed_query('open a file')[:8]))\n"
     )
@@ -391,11 +392,11 @@ def test_plain_layer_norms_compute_what_the_fused_node_does(op, opset, bias, out
     import onnx
     import onnxruntime as ort
 
-    from rag_mcp.embed.onnx import _plain_layer_norms
+    from rag_mcp.embed.onnx_export import plain_layer_norms
 
     blob, feed = _ln_graph(op, opset, bias=bias, outputs=outputs)
     model = onnx.load_from_string(blob)
-    assert _plain_layer_norms(model) == 1
+    assert plain_layer_norms(model) == 1
     assert op not in {n.op_type for n in model.graph.node}
     onnx.checker.check_model(model)
 
@@ -413,9 +414,41 @@ def test_plain_layer_norms_compute_what_the_fused_node_does(op, opset, bias, out
 def test_plain_layer_norms_keep_nodes_whose_statistics_are_used():
     import onnx
 
-    from rag_mcp.embed.onnx import _plain_layer_norms
+    from rag_mcp.embed.onnx_export import plain_layer_norms
 
     blob, _ = _ln_graph("LayerNormalization", 17, bias=True, outputs=2)  # Mean is a graph output
     model = onnx.load_from_string(blob)
-    assert _plain_layer_norms(model) == 0
+    assert plain_layer_norms(model) == 0
     assert [n.op_type for n in model.graph.node] == ["LayerNormalization"]
+
+
+def test_embed_modules_import_only_down_and_torch_only_where_declared():
+    """One concern a module and no import circle: each module of rag_mcp/embed imports only the
+    modules listed above it in the package's docstring; only the torch path and the export
+    import torch, transformers or sentence-transformers."""
+    import ast
+    import re
+
+    import rag_mcp.embed as package
+
+    order = re.findall(r"^- ``(\w+)``", package.__doc__ or "", re.M)
+    folder = Path(package.__file__).parent
+    assert sorted(order) == sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    heavy_allowed = {"torch_backend": {"torch", "sentence_transformers"},
+                     "onnx_export": {"torch", "transformers"}}
+    for pos, name in enumerate(order):
+        tree = ast.parse((folder / f"{name}.py").read_text(encoding="utf-8"))
+        imported: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+                if node.module == "rag_mcp.embed":  # the package's front door, or a module
+                    imported |= {f"rag_mcp.embed.{a.name}" for a in node.names
+                                 if (folder / f"{a.name}.py").is_file()}
+        ours = {m.rsplit(".", 1)[1] for m in imported if m.startswith("rag_mcp.embed.")}
+        assert ours <= set(order[:pos]), (name, ours - set(order[:pos]))
+        heavy = {m.split(".")[0] for m in imported} & {"torch", "transformers",
+                                                         "sentence_transformers"}
+        assert heavy <= heavy_allowed.get(name, set()), (name, heavy)

@@ -14,8 +14,9 @@ import pytest
 
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.embed import core as embed
-from rag_mcp.embed.core import Embedder, HashEmbedder
+from rag_mcp.embed import Embedder
+from rag_mcp.embed import models as embed
+from rag_mcp.embed.fake import HashEmbedder
 from rag_mcp.errors import InvalidArgument
 
 HASH = "test-hash-64"

@@ -23,7 +23,7 @@ from indexers.pipeline import RunCancelled, run_index
 from indexers.status import index_status, list_spans
 from indexers.watch import BackgroundWatcher, Watcher
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.embed.core import Embedder, load_embedder
+from rag_mcp.embed import Embedder, load_embedder
 from rag_mcp.index import generation as gen
 from tests.mcp_helpers import over_stdio, text
 

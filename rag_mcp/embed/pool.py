@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rag_mcp.config import Settings
-from rag_mcp.embed.core import Embedder, load_embedder
+from rag_mcp.embed import Embedder, load_embedder
 
 log = logging.getLogger(__name__)
 

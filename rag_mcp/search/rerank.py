@@ -8,8 +8,9 @@ server that never reranks never imports torch.
 The cross-encoder decides the order only. Each hit keeps its calibrated fusion score, so ``tau``
 means the same with and without reranking (docs/RETRIEVAL.md, "Rerank").
 
-This is the one module besides embed.py that imports sentence-transformers: the cross-encoder is
-a different model family with its own loader, and keeping it here keeps embed.py about vectors.
+This is the one module besides rag_mcp/embed/torch_backend.py that imports sentence-transformers:
+the cross-encoder is a different model family with its own loader, and keeping it here keeps
+rag_mcp/embed about vectors.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from rag_mcp.embed.core import offline, resolve_model
+from rag_mcp.embed.models import offline, resolve_model
 from rag_mcp.errors import InvalidArgument, RagError
 from rag_mcp.index.handle import IndexHandle
 from rag_mcp.search.retrieve import Hit

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rag_mcp.embed.core import Embedder
+from rag_mcp.embed import Embedder
 from rag_mcp.errors import InvalidArgument
 from rag_mcp.index.catalog import SpanRow
 from rag_mcp.index.handle import IndexHandle, OpenIndex

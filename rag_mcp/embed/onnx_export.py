@@ -1,12 +1,13 @@
-"""The ONNX backends: a one-time export of local weights, and an embedder that needs only
-onnxruntime, tokenizers and numpy.
+"""The ONNX export: local weights traced to ONNX once, fused, with plain layer norms, and
+quantized to int8; each step checked against the previous one before it is published.
 
 Cache layout: ``cache_dir/onnx/<model-slug>-<key>/`` holds ``model.onnx`` (fp32, fused by ONNX
 Runtime's BERT optimizer, layer norms written out as plain operators), ``model.int8.onnx``
-(dynamic int8) and ``meta.json``. ``key`` hashes the
-content of the weight, config and tokenizer files plus ``RECIPE``, so new weights or a new export
-recipe get a new folder and an old folder is never reused wrongly. Files are written under a
-temporary name and renamed; a lock file keeps two processes from exporting at once.
+(dynamic int8) and ``meta.json``. ``key`` hashes the content of the weight, config and tokenizer
+files plus ``RECIPE``, so new weights or a new export recipe get a new folder and an old folder
+is never reused wrongly. Files are written under a temporary name and renamed; a lock file keeps
+two processes from exporting at once. Exporting imports torch and transformers; running the
+exported file (``rag_mcp.embed.onnx_runtime``) does not.
 """
 
 from __future__ import annotations
@@ -19,27 +20,21 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rag_mcp.embed.core import (
-    ModelSpec,
-    TokenCounter,
-    normalise,
-    offline,
-    plan_batches,
-    slug,
-    weights_digest,
-)
+from rag_mcp.embed import onnx_runtime as runtime
+from rag_mcp.embed.batching import TokenCounter
+from rag_mcp.embed.models import ModelSpec, offline, slug, weights_digest
 from rag_mcp.errors import Internal, InvalidArgument
 
 log = logging.getLogger(__name__)
 
 #: bump when the export, fusion or quantization recipe changes: it renames the cache folder
-RECIPE = "r2"  # r2: layer norms as plain operators (_plain_layer_norms)
+RECIPE = "r2"  # r2: layer norms as plain operators (plain_layer_norms)
 FP32_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
 #: transformer families whose exported graph ORT's BERT fusions understand
@@ -184,7 +179,7 @@ def export_fp32(spec: ModelSpec, dest: Path, *, fuse: bool = True) -> dict[str, 
             return self.net(**dict(zip(names, inputs, strict=True))).last_hidden_state
 
     tok = TokenCounter(spec)
-    feed = _feed(tok.encode(_CHECK_TEXTS), tok.pad_id, names)
+    feed = runtime.feed(tok.encode(_CHECK_TEXTS), tok.pad_id, names)
     raw, fused = _tmp(dest.with_name("raw.onnx")), _tmp(dest)
     axes = {n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]}
     try:
@@ -192,14 +187,14 @@ def export_fp32(spec: ModelSpec, dest: Path, *, fuse: bool = True) -> dict[str, 
             # reference first: after tracing, this process's model computes different outputs
             # (cosine 0.96 to the true ones, measured with transformers 5 and torch 2.13)
             expected = net(**{n: torch.from_numpy(v) for n, v in feed.items()})
-            expected = _pool(expected.last_hidden_state.numpy(), feed["attention_mask"],
+            expected = runtime.pool(expected.last_hidden_state.numpy(), feed["attention_mask"],
                              spec.pooling)
             sample = tuple(torch.from_numpy(feed[n][:2, :16]) for n in names)
             torch.onnx.export(Hidden(), sample, str(raw), input_names=names,
                               output_names=["last_hidden_state"], dynamic_axes=axes,
                               opset_version=17, dynamo=False)
         fusions = _optimize(raw, fused, net.config if fuse else None)
-        fusions["PlainLayerNorm"] = _rewrite(fused, _plain_layer_norms)
+        fusions["PlainLayerNorm"] = _rewrite(fused, plain_layer_norms)
         chosen, check = fused, _agreement(fused, feed, expected, spec.pooling)
         if check < 0.9999:
             log.warning("fused ONNX graph disagrees with torch (cos %.6f); keeping it unfused",
@@ -245,7 +240,7 @@ def _rewrite(path: Path, change: Callable[[Any], int]) -> int:
     return count
 
 
-def _plain_layer_norms(model: Any) -> int:
+def plain_layer_norms(model: Any) -> int:
     """Write layer norms out as the operators they are made of; returns how many were rewritten.
 
     ONNX Runtime's CPU kernels for ``LayerNormalization`` and ``SkipLayerNormalization`` take
@@ -339,9 +334,10 @@ def _quantize(spec: ModelSpec, fp32: Path, dest: Path) -> dict[str, Any]:
             quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
                              reduce_range=True,
                              extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-        tok, ref = TokenCounter(spec), _session(fp32, 0)
-        feed = _feed(tok.encode(_CHECK_TEXTS), tok.pad_id, [i.name for i in ref.get_inputs()])
-        expected = _pool(ref.run(None, feed)[0], feed["attention_mask"], spec.pooling)
+        tok, ref = TokenCounter(spec), runtime.session(fp32, 0)
+        names = [i.name for i in ref.get_inputs()]
+        feed = runtime.feed(tok.encode(_CHECK_TEXTS), tok.pad_id, names)
+        expected = runtime.pool(ref.run(None, feed)[0], feed["attention_mask"], spec.pooling)
         check = _agreement(tmp, feed, expected, spec.pooling)
         if check < 0.95:
             raise Internal(f"int8 quantization of {spec.name} lost too much (cosine "
@@ -352,91 +348,6 @@ def _quantize(spec: ModelSpec, fp32: Path, dest: Path) -> dict[str, Any]:
     return {"quantize_seconds": round(time.perf_counter() - t0, 2), "int8_vs_fp32_min_cos": check}
 
 
-def _session(path: Path, threads: int) -> Any:
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads  # 0: ORT picks one thread per physical core
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3  # errors only: ORT's warnings are not the user's business
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
-
-def _feed(seqs: Sequence[Sequence[int]], pad_id: int, names: Sequence[str]
-          ) -> dict[str, np.ndarray]:
-    """Right-padded input arrays for one batch."""
-    width = max(len(s) for s in seqs)
-    ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(seqs), width), dtype=np.int64)
-    for row, seq in enumerate(seqs):
-        ids[row, : len(seq)] = seq
-        mask[row, : len(seq)] = 1
-    feed = {"input_ids": ids, "attention_mask": mask}
-    if "token_type_ids" in names:
-        feed["token_type_ids"] = np.zeros_like(ids)
-    return feed
-
-
-def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
-    """sentence-transformers' pooling, then L2 normalisation."""
-    if mode == "cls":
-        return normalise(hidden[:, 0])
-    m = mask[..., None].astype(hidden.dtype)
-    if mode == "max":
-        return normalise(np.where(m > 0, hidden, -1e9).max(axis=1))
-    total = (hidden * m).sum(axis=1)
-    count = np.maximum(m.sum(axis=1), 1e-9)
-    return normalise(total / (np.sqrt(count) if mode == "mean_sqrt_len" else count))
-
-
 def _agreement(path: Path, feed: dict[str, np.ndarray], expected: np.ndarray, mode: str) -> float:
-    got = _pool(_session(path, 0).run(None, feed)[0], feed["attention_mask"], mode)
+    got = runtime.pool(runtime.session(path, 0).run(None, feed)[0], feed["attention_mask"], mode)
     return float((got * expected).sum(axis=1).min())
-
-
-class OnnxEmbedder:
-    """Embeds with an exported ONNX model; imports neither torch nor sentence-transformers.
-
-    ``embed_query`` and ``embed_documents`` may be called from several threads at once: the ORT
-    session's ``run`` and the tokenizer are thread-safe and nothing else is shared.
-    """
-
-    def __init__(self, model: str, backend: str, spec: ModelSpec, onnx_file: Path, *,
-                 threads: int = 0, batch_size: int = 32) -> None:
-        self.name, self.backend = model, backend
-        self.max_tokens = spec.max_tokens
-        self.path = onnx_file
-        self._pooling = spec.pooling
-        self._batch = batch_size
-        self._tok = TokenCounter(spec)
-        try:
-            self._sess = _session(onnx_file, threads)
-        except Exception as exc:  # ORT raises its own untyped errors
-            raise Internal(
-                f"cannot load the exported model {onnx_file}: {exc.__class__.__name__}; delete "
-                f"{onnx_file.parent} to export it again") from None
-        self._names = [i.name for i in self._sess.get_inputs()]
-        # the first run allocates and plans; doing it here keeps it off the first query
-        self.dim = int(self._run([self._tok.encode(["warm up"])[0]]).shape[1])
-
-    def _run(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
-        feed = _feed(seqs, self._tok.pad_id, self._names)
-        hidden = self._sess.run(None, feed)[0]
-        return _pool(hidden, feed["attention_mask"], self._pooling)
-
-    def embed_documents(self, texts: Sequence[str], max_tokens: int = 0) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        seqs = self._tok.encode(texts, max_tokens)
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for idx in plan_batches([len(s) for s in seqs], self._batch):
-            out[idx] = self._run([seqs[i] for i in idx])
-        return out
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self._run(self._tok.encode([text]))[0]
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return self._tok.count(texts)
