@@ -1,8 +1,9 @@
 """One configuration, read once: default.toml < config file < RAG_* environment < CLI flags.
 
-Every knob is a row of ``KNOBS``: its TOML key, environment variable, flag and constraint. The
-defaults live only in ``configs/default.toml``. An invalid value raises ``ConfigError`` naming the
-key, the environment variable and the flag, whichever source it came from.
+Every knob is a field of ``Settings`` that declares its TOML key, environment variable, flag and
+bounds (a ``Knob``); ``KNOBS`` is the table read from those fields. The defaults live only in
+``configs/default.toml``. An invalid value raises ``ConfigError`` naming the key, the
+environment variable and the flag, whichever source it came from.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, get_type_hints
 
 import configs
 from rag_mcp.errors import ConfigError
@@ -28,137 +29,108 @@ else:  # pragma: no cover - Python 3.10
 
 @dataclass(frozen=True, slots=True)
 class Knob:
-    attr: str
+    """Where one setting comes from (TOML key, environment variable, flag) and what it accepts.
+
+    Declared on its ``Settings`` field; ``attr`` and ``type`` are filled in from that field (its
+    name, and its Python type read as int, float, bool, str, list, paths, choice or tau).
+    """
+
     key: str
     env: str
-    flag: str | None
-    type: str  # int | float | bool | str | list | paths | choice | tau
+    flag: str | None = None
     lo: float | None = None
     hi: float | None = None
     choices: tuple[str, ...] = ()
     secret: bool = False
-
-
-KNOBS: tuple[Knob, ...] = (
-    Knob("root", "repo.root", "RAG_REPO_ROOT", "--root", "str"),
-    Knob("roots", "repo.roots", "RAG_ROOTS", "--root", "paths"),
-    Knob("index_dir", "index.dir", "RAG_INDEX_DIR", "--index-dir", "str"),
-    Knob("collection", "index.collection", "RAG_COLLECTION", "--collection", "str"),
-    Knob("max_file_bytes", "index.max_file_bytes", "RAG_MAX_FILE_BYTES", "--max-file-bytes",
-         "int", 1, 1 << 31),
-    Knob("chunk_chars", "index.chunk_chars", "RAG_CHUNK_CHARS", "--chunk-chars", "int", 200,
-         100_000),
-    Knob("window_lines", "index.window_lines", "RAG_WINDOW_LINES", "--window-lines", "int", 2,
-         10_000),
-    Knob("window_overlap", "index.window_overlap", "RAG_WINDOW_OVERLAP", "--window-overlap",
-         "int", 0, 9_999),
-    Knob("ignore", "index.ignore", "RAG_IGNORE", "--ignore", "list"),
-    Knob("embed_model", "embed.model", "RAG_EMBED_MODEL", "--model", "str"),
-    Knob("embed_backend", "embed.backend", "RAG_EMBED_BACKEND", "--embed-backend", "choice",
-         choices=("onnx", "onnx-int8", "torch")),
-    Knob("embed_batch", "embed.batch_size", "RAG_EMBED_BATCH", "--embed-batch", "int", 1, 4096),
-    Knob("embed_threads", "embed.threads", "RAG_EMBED_THREADS", "--embed-threads", "int", 0, 1024),
-    Knob("embed_max_tokens", "embed.max_tokens", "RAG_EMBED_MAX_TOKENS", "--embed-max-tokens",
-         "int", 0, 100_000),
-    Knob("model_cache", "embed.cache_dir", "RAG_MODEL_CACHE", None, "str"),
-    Knob("chroma_url", "store.chroma_url", "RAG_CHROMA_URL", "--chroma-url", "str"),
-    Knob("chroma_tenant", "store.chroma_tenant", "RAG_CHROMA_TENANT", None, "str"),
-    Knob("chroma_database", "store.chroma_database", "RAG_CHROMA_DATABASE", None, "str"),
-    Knob("chroma_token", "store.chroma_token", "RAG_CHROMA_TOKEN", None, "str", secret=True),
-    Knob("k", "query.k", "RAG_K", "--k", "int", 1, 20),
-    Knob("tau", "query.tau", "RAG_TAU", "--tau", "tau", 0.0, 1.0),
-    Knob("max_spans", "query.max_spans", "RAG_MAX_SPANS_PER_ANSWER", "--max-spans", "int", 1, 20),
-    Knob("max_bytes", "query.max_bytes", "RAG_MAX_BYTES", "--max-bytes", "int", 256, 1 << 24),
-    Knob("max_query_chars", "query.max_query_chars", "RAG_MAX_QUERY_CHARS", None, "int", 16,
-         1 << 20),
-    Knob("join_gap", "query.join_gap", "RAG_JOIN_GAP", None, "int", -1, 1000),
-    Knob("join_max_lines", "query.join_max_lines", "RAG_JOIN_MAX_LINES", None, "int", 1,
-         100_000),
-    Knob("test_penalty", "query.test_penalty", "RAG_TEST_PENALTY", None, "float", 0.0, 1.0),
-    Knob("rerank", "query.rerank", "RAG_RERANK", "--rerank", "bool"),
-    Knob("reranker_model", "query.reranker_model", "RAG_RERANKER_MODEL", None, "str"),
-    Knob("rerank_candidates", "query.rerank_candidates", "RAG_RERANK_CANDIDATES", None, "int", 2,
-         200),
-    Knob("cache_ttl", "cache.ttl_seconds", "RAG_CACHE_TTL", None, "float", 0, 86_400),
-    Knob("cache_size", "cache.size", "RAG_CACHE_SIZE", None, "int", 0, 1_000_000),
-    Knob("local_llm", "llm.enabled", "RAG_LOCAL_LLM", None, "bool"),
-    Knob("llm_host", "llm.host", "OLLAMA_HOST", None, "str"),
-    Knob("llm_model", "llm.model", "RAG_LLM_MODEL", None, "str"),
-    Knob("llm_timeout", "llm.timeout_seconds", "RAG_LLM_TIMEOUT", None, "float", 0.1, 3600),
-    Knob("llm_context_tokens", "llm.context_tokens", "RAG_LLM_CONTEXT_TOKENS", None, "int", 512,
-         1 << 20),
-    Knob("log_dir", "log.dir", "RAG_LOG_DIR", "--log-dir", "str"),
-    Knob("log_queries", "log.queries", "RAG_LOG_QUERIES", None, "choice",
-         choices=("plain", "hash", "off")),
-    Knob("log_max_bytes", "log.max_bytes", "RAG_LOG_MAX_BYTES", None, "int", 1024, 1 << 34),
-    Knob("log_backups", "log.backups", "RAG_LOG_BACKUPS", None, "int", 0, 100),
-    Knob("http_host", "http.host", "RAG_HTTP_HOST", "--host", "str"),
-    Knob("http_port", "http.port", "RAG_HTTP_PORT", "--port", "int", 0, 65535),
-    Knob("http_token", "http.token", "RAG_HTTP_TOKEN", None, "str", secret=True),
-    Knob("http_allowed_origins", "http.allowed_origins", "RAG_HTTP_ALLOWED_ORIGINS", None, "list"),
-    Knob("http_max_body", "http.max_body_bytes", "RAG_HTTP_MAX_BODY", None, "int", 1024, 1 << 30),
-    Knob("watch_debounce_ms", "watch.debounce_ms", "RAG_WATCH_DEBOUNCE_MS", None, "int", 0,
-         60_000),
-)
-
-KNOBS_BY_ATTR = {k.attr: k for k in KNOBS}
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+    paths: bool = False  # a list of folders: split like PATH in the environment
+    attr: str = field(default="", kw_only=True)
+    type: str = field(default="", kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Every knob, parsed and validated; ``root`` is absolute and resolved, and ``roots`` holds
-    every served root (``root`` first), absolute, resolved and distinct."""
+    every served root (``root`` first), absolute, resolved and distinct.
 
-    root: str
-    roots: tuple[str, ...]
-    index_dir: str
-    collection: str
-    max_file_bytes: int
-    chunk_chars: int
-    window_lines: int
-    window_overlap: int
-    ignore: tuple[str, ...]
-    embed_model: str
-    embed_backend: str
-    embed_batch: int
-    embed_threads: int
-    embed_max_tokens: int
-    model_cache: str
-    chroma_url: str
-    chroma_tenant: str
-    chroma_database: str
-    chroma_token: str
-    k: int
-    tau: float | None
-    max_spans: int
-    max_bytes: int
-    max_query_chars: int
-    join_gap: int
-    join_max_lines: int
-    test_penalty: float
-    rerank: bool
-    reranker_model: str
-    rerank_candidates: int
-    cache_ttl: float
-    cache_size: int
-    local_llm: bool
-    llm_host: str
-    llm_model: str
-    llm_timeout: float
-    llm_context_tokens: int
-    log_dir: str
-    log_queries: str
-    log_max_bytes: int
-    log_backups: int
-    http_host: str
-    http_port: int
-    http_token: str
-    http_allowed_origins: tuple[str, ...]
-    http_max_body: int
-    watch_debounce_ms: int
+    Each field declares its knob; the defaults live only in configs/default.toml.
+    """
+
+    # [repo]
+    root: Annotated[str, Knob("repo.root", "RAG_REPO_ROOT", "--root")]
+    roots: Annotated[tuple[str, ...], Knob("repo.roots", "RAG_ROOTS", "--root", paths=True)]
+    # [index]
+    index_dir: Annotated[str, Knob("index.dir", "RAG_INDEX_DIR", "--index-dir")]
+    collection: Annotated[str, Knob("index.collection", "RAG_COLLECTION", "--collection")]
+    max_file_bytes: Annotated[int, Knob("index.max_file_bytes", "RAG_MAX_FILE_BYTES",
+                                        "--max-file-bytes", 1, 1 << 31)]
+    chunk_chars: Annotated[int, Knob("index.chunk_chars", "RAG_CHUNK_CHARS", "--chunk-chars",
+                                     200, 100_000)]
+    window_lines: Annotated[int, Knob("index.window_lines", "RAG_WINDOW_LINES",
+                                      "--window-lines", 2, 10_000)]
+    window_overlap: Annotated[int, Knob("index.window_overlap", "RAG_WINDOW_OVERLAP",
+                                        "--window-overlap", 0, 9_999)]
+    ignore: Annotated[tuple[str, ...], Knob("index.ignore", "RAG_IGNORE", "--ignore")]
+    # [embed]
+    embed_model: Annotated[str, Knob("embed.model", "RAG_EMBED_MODEL", "--model")]
+    embed_backend: Annotated[str, Knob("embed.backend", "RAG_EMBED_BACKEND", "--embed-backend",
+                                       choices=("onnx", "onnx-int8", "torch"))]
+    embed_batch: Annotated[int, Knob("embed.batch_size", "RAG_EMBED_BATCH", "--embed-batch",
+                                     1, 4096)]
+    embed_threads: Annotated[int, Knob("embed.threads", "RAG_EMBED_THREADS", "--embed-threads",
+                                       0, 1024)]
+    embed_max_tokens: Annotated[int, Knob("embed.max_tokens", "RAG_EMBED_MAX_TOKENS",
+                                          "--embed-max-tokens", 0, 100_000)]
+    model_cache: Annotated[str, Knob("embed.cache_dir", "RAG_MODEL_CACHE")]
+    # [store]
+    chroma_url: Annotated[str, Knob("store.chroma_url", "RAG_CHROMA_URL", "--chroma-url")]
+    chroma_tenant: Annotated[str, Knob("store.chroma_tenant", "RAG_CHROMA_TENANT")]
+    chroma_database: Annotated[str, Knob("store.chroma_database", "RAG_CHROMA_DATABASE")]
+    chroma_token: Annotated[str, Knob("store.chroma_token", "RAG_CHROMA_TOKEN", secret=True)]
+    # [query]
+    k: Annotated[int, Knob("query.k", "RAG_K", "--k", 1, 20)]
+    tau: Annotated[float | None, Knob("query.tau", "RAG_TAU", "--tau", 0.0, 1.0)]
+    max_spans: Annotated[int, Knob("query.max_spans", "RAG_MAX_SPANS_PER_ANSWER", lo=1, hi=20)]
+    max_bytes: Annotated[int, Knob("query.max_bytes", "RAG_MAX_BYTES", lo=256, hi=1 << 24)]
+    max_query_chars: Annotated[int, Knob("query.max_query_chars", "RAG_MAX_QUERY_CHARS",
+                                         lo=16, hi=1 << 20)]
+    join_gap: Annotated[int, Knob("query.join_gap", "RAG_JOIN_GAP", lo=-1, hi=1000)]
+    join_max_lines: Annotated[int, Knob("query.join_max_lines", "RAG_JOIN_MAX_LINES",
+                                        lo=1, hi=100_000)]
+    test_penalty: Annotated[float, Knob("query.test_penalty", "RAG_TEST_PENALTY",
+                                        lo=0.0, hi=1.0)]
+    rerank: Annotated[bool, Knob("query.rerank", "RAG_RERANK", "--rerank")]
+    reranker_model: Annotated[str, Knob("query.reranker_model", "RAG_RERANKER_MODEL")]
+    rerank_candidates: Annotated[int, Knob("query.rerank_candidates", "RAG_RERANK_CANDIDATES",
+                                           lo=2, hi=200)]
+    # [cache]
+    cache_ttl: Annotated[float, Knob("cache.ttl_seconds", "RAG_CACHE_TTL", lo=0, hi=86_400)]
+    cache_size: Annotated[int, Knob("cache.size", "RAG_CACHE_SIZE", lo=0, hi=1_000_000)]
+    # [llm]
+    local_llm: Annotated[bool, Knob("llm.enabled", "RAG_LOCAL_LLM")]
+    llm_host: Annotated[str, Knob("llm.host", "OLLAMA_HOST")]
+    llm_model: Annotated[str, Knob("llm.model", "RAG_LLM_MODEL")]
+    llm_timeout: Annotated[float, Knob("llm.timeout_seconds", "RAG_LLM_TIMEOUT",
+                                       lo=0.1, hi=3600)]
+    llm_context_tokens: Annotated[int, Knob("llm.context_tokens", "RAG_LLM_CONTEXT_TOKENS",
+                                            lo=512, hi=1 << 20)]
+    # [log]
+    log_dir: Annotated[str, Knob("log.dir", "RAG_LOG_DIR", "--log-dir")]
+    log_queries: Annotated[str, Knob("log.queries", "RAG_LOG_QUERIES",
+                                     choices=("plain", "hash", "off"))]
+    log_max_bytes: Annotated[int, Knob("log.max_bytes", "RAG_LOG_MAX_BYTES",
+                                       lo=1024, hi=1 << 34)]
+    log_backups: Annotated[int, Knob("log.backups", "RAG_LOG_BACKUPS", lo=0, hi=100)]
+    # [http]
+    http_host: Annotated[str, Knob("http.host", "RAG_HTTP_HOST", "--host")]
+    http_port: Annotated[int, Knob("http.port", "RAG_HTTP_PORT", "--port", 0, 65535)]
+    http_token: Annotated[str, Knob("http.token", "RAG_HTTP_TOKEN", secret=True)]
+    http_allowed_origins: Annotated[tuple[str, ...], Knob("http.allowed_origins",
+                                                          "RAG_HTTP_ALLOWED_ORIGINS")]
+    http_max_body: Annotated[int, Knob("http.max_body_bytes", "RAG_HTTP_MAX_BODY",
+                                       lo=1024, hi=1 << 30)]
+    # [watch]
+    watch_debounce_ms: Annotated[int, Knob("watch.debounce_ms", "RAG_WATCH_DEBOUNCE_MS",
+                                           lo=0, hi=60_000)]
 
     @property
     def root_path(self) -> Path:
@@ -216,6 +188,36 @@ class Settings:
                 value = "***"
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
+
+
+def _kind(base: Any, knob: Knob, name: str) -> str:
+    """How a field's Python type is parsed from TOML, the environment and flags."""
+    if knob.choices:
+        return "choice"
+    if base == tuple[str, ...]:
+        return "paths" if knob.paths else "list"
+    if base == (float | None):
+        return "tau"  # a number, or "auto" for the calibrated default
+    for t in (bool, int, float, str):
+        if base is t:
+            return t.__name__
+    raise TypeError(f"Settings.{name}: no parser for {base}")
+
+
+def _knob_table() -> tuple[Knob, ...]:
+    out = []
+    for name, hint in get_type_hints(Settings, include_extras=True).items():
+        knob = hint.__metadata__[0]
+        out.append(replace(knob, attr=name, type=_kind(hint.__origin__, knob, name)))
+    return tuple(out)
+
+
+#: every knob, in the order of ``Settings``' fields
+KNOBS: tuple[Knob, ...] = _knob_table()
+KNOBS_BY_ATTR = {k.attr: k for k in KNOBS}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
 
 
 def index_base(settings: Settings) -> Path:

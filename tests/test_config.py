@@ -1,19 +1,54 @@
 from __future__ import annotations
 
+import re
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 import configs
-from rag_mcp.config import KNOBS, ConfigError, defaults, is_loopback, load_settings
+from rag_mcp.config import KNOBS, ConfigError, Settings, defaults, is_loopback, load_settings
 
 
 def test_every_knob_has_a_default_and_every_default_a_knob() -> None:
     d = defaults()
-    assert set(d) == {k.attr for k in KNOBS}
+    assert set(d) == {k.attr for k in KNOBS} == {f.name for f in fields(Settings)}
     text = configs.read_text("default.toml")
     for k in KNOBS:  # each knob documents its environment variable
         assert k.env in text, k.env
+
+
+def test_the_knob_table_is_read_from_the_settings_fields() -> None:
+    by_attr = {k.attr: k for k in KNOBS}
+    assert [k.attr for k in KNOBS] == [f.name for f in fields(Settings)]
+    assert (by_attr["roots"].type, by_attr["ignore"].type) == ("paths", "list")
+    assert (by_attr["tau"].type, by_attr["rerank"].type, by_attr["cache_ttl"].type) == (
+        "tau", "bool", "float")
+    assert by_attr["embed_backend"].type == "choice"
+    assert (by_attr["k"].key, by_attr["k"].env, by_attr["k"].flag) == ("query.k", "RAG_K", "--k")
+    assert by_attr["http_token"].secret and not by_attr["http_port"].secret
+
+
+def _cli_help(capsys: pytest.CaptureFixture[str]) -> str:
+    from indexers import cli, eval_cli
+    from rag_mcp.serve import __main__ as serve_main
+
+    calls = [(cli.main, []), (eval_cli.main, []),
+             *((serve_main.main, [c]) for c in ("serve", "ask", "config"))]
+    for main, args in calls:
+        with pytest.raises(SystemExit):
+            main([*args, "--help"])
+    return capsys.readouterr().out
+
+
+def test_every_flag_a_knob_or_default_toml_names_exists(capsys) -> None:
+    """An error message or a comment that names a flag names one a command accepts."""
+    accepted = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", _cli_help(capsys)))
+    assert {"--root", "--chunk-chars", "--port", "--k"} <= accepted  # the help was read
+    named = {k.flag for k in KNOBS if k.flag}
+    documented = set(re.findall(r"flag (--[a-z][a-z0-9-]*)", configs.read_text("default.toml")))
+    assert named == documented
+    assert named <= accepted, sorted(named - accepted)
 
 
 def test_precedence_default_file_env_flag(tmp_path: Path) -> None:
@@ -28,9 +63,13 @@ def test_precedence_default_file_env_flag(tmp_path: Path) -> None:
 
 def test_invalid_value_names_key_env_and_flag(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as ei:
-        load_settings(environ={"RAG_MAX_SPANS_PER_ANSWER": "0"}, cwd=tmp_path)
+        load_settings(environ={"RAG_CHUNK_CHARS": "10"}, cwd=tmp_path)
     msg = ei.value.message
-    assert "query.max_spans" in msg and "RAG_MAX_SPANS_PER_ANSWER" in msg and "--max-spans" in msg
+    assert "index.chunk_chars" in msg and "RAG_CHUNK_CHARS" in msg and "--chunk-chars" in msg
+    with pytest.raises(ConfigError) as ei:  # a knob without a flag names none
+        load_settings(environ={"RAG_MAX_SPANS_PER_ANSWER": "0"}, cwd=tmp_path)
+    assert ei.value.message == ("invalid value '0' for query.max_spans (env "
+                                "RAG_MAX_SPANS_PER_ANSWER): must be between 1 and 20")
     with pytest.raises(ConfigError, match="must be one of onnx, onnx-int8, torch"):
         load_settings({"embed_backend": "gpu"}, cwd=tmp_path)
     with pytest.raises(ConfigError, match="RAG_EMBED_MAX_TOKENS.*0 .the model's window. or at "
