@@ -1,33 +1,24 @@
 """``rag-eval``: measure retrieval on your own repository, through the same path as ``rag_query``.
 
-This is the command-line edge (arguments, files, stdout, and the docstring starter set, which
-drives the indexer); the evaluation itself is ``rag_mcp.eval.run``.
+The command-line edge only: arguments, the query and run files, and what is printed. The
+evaluation is ``rag_mcp.eval.run.evaluate``; the docstring starter set (it drives the indexer)
+is ``indexers.eval_set``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
-import shutil
 import sys
-import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import orjson
 
-from rag_mcp.config import Settings, index_base, load_settings
-from rag_mcp.errors import InvalidArgument, NotFound, RagError
-from rag_mcp.eval.metrics import FileLines
-from rag_mcp.eval.run import eval_settings, render, report_json, run_eval, run_lines
-from rag_mcp.eval.sets import (
-    Documented,
-    EvalQuery,
-    docstring_set,
-    dump_queries,
-    load_queries,
-    strip_docstrings,
-)
+from rag_mcp.config import load_settings
+from rag_mcp.errors import InvalidArgument, RagError
+from rag_mcp.eval.run import evaluate, render, report_json, run_lines
+from rag_mcp.eval.sets import dump_queries, load_queries
 from rag_mcp.search.query import MAX_K
 
 DESCRIPTION = """\
@@ -56,75 +47,6 @@ examples:
 exit codes: 0 done, 2 bad arguments or query file, 3 nothing to ask (--docstrings),
 5 no index (run rag-index first), 130 interrupted.
 """
-
-
-def write_documented_copy(settings: Settings, dest: Path, limit: int) -> list[EvalQuery]:
-    """Copy the repository's indexable files to ``dest`` with their documentation hidden (line
-    numbers kept) and return up to ``limit`` questions made from it: Python docstrings, and the
-    comment right above a function in every other language the chunker parses."""
-    from indexers import walk
-    from indexers.doc_comments import COMMENTS, strip_doc_comments
-    from indexers.languages import code_language_for_path
-
-    root = settings.root_path
-    walked = walk.walk(root, max_file_bytes=settings.max_file_bytes,
-                       extra_ignore=settings.ignore, index_dir=index_base(settings))
-    sources: dict[str, str] = {}
-    languages: dict[str, str] = {}
-    for c in walked.files:
-        lang = code_language_for_path(c.rel)
-        if lang is None or lang != "python" and lang not in COMMENTS:
-            continue
-        try:
-            sources[c.rel] = c.abs_path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        languages[c.rel] = lang
-
-    def strip(rel: str, text: str) -> tuple[str, list[Documented]]:
-        lang = languages[rel]
-        if lang == "python":
-            return strip_docstrings(text)
-        return strip_doc_comments(text, lang, budget_chars=settings.chunk_chars)
-
-    stripped, queries = docstring_set(sources, limit=limit, strip=strip)
-    if not queries:
-        raise NotFound(
-            f"found no documented function under {root} to ask about (each needs a docstring "
-            "or a comment right above it whose first sentence has 3 or more words); write a "
-            "query file instead")
-    for c in walked.files:
-        out = dest / c.rel
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if c.rel in stripped:
-            out.write_text(stripped[c.rel], encoding="utf-8")
-        else:
-            shutil.copyfile(c.abs_path, out)
-    return queries
-
-
-def docstring_index(settings: Settings, limit: int, *, quiet: bool
-                    ) -> tuple[Settings, list[EvalQuery], Path]:
-    """Index a copy of the repository with its documentation hidden; questions from it.
-
-    The copy lives in a temporary folder; its index goes under the repository's own index
-    folder (its own collection), so the embedding cache there is shared and a second run embeds
-    only what changed.
-    """
-    from indexers.pipeline import run_index
-    from indexers.progress import Progress
-
-    tmp = Path(tempfile.mkdtemp(prefix="rag-eval-"))
-    copy = tmp / settings.root_path.name
-    try:
-        queries = write_documented_copy(settings, copy, limit)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    name = f"{settings.collection_name[:40]}-docstrings"
-    s2 = replace(settings, root=str(copy), index_dir=str(index_base(settings)), collection=name)
-    run_index(s2, progress=Progress(quiet=quiet))
-    return s2, queries, tmp
 
 
 def _tau(value: str) -> float | None:
@@ -170,35 +92,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rag_mcp.deps import build_deps  # the same wiring as the server (reranker included)
-
     if not 1 <= args.k <= MAX_K:
         raise InvalidArgument(f"--k must be from 1 to {MAX_K}")
     if (args.queries is None) == (args.docstrings is None):
         raise InvalidArgument("give a query file, or --docstrings to build questions")
+    if args.docstrings is not None and args.docstrings < 1:
+        raise InvalidArgument("--docstrings N needs N >= 1")
     settings = load_settings({"root": args.root, "index_dir": args.index_dir},
                              config_file=args.config)
-    tmp: Path | None = None
-    if args.docstrings is not None:
-        if args.docstrings < 1:
-            raise InvalidArgument("--docstrings N needs N >= 1")
-        settings, queries, tmp = docstring_index(settings, args.docstrings,
-                                                 quiet=not args.verbose)
-        if args.save_queries:
-            Path(args.save_queries).write_bytes(dump_queries(queries))
-    else:
-        queries = load_queries(Path(args.queries))
-    deps = build_deps(eval_settings(settings, args.k))
-    try:
-        deps.repo().handle.get()  # no index: say how to build it before asking anything
-        report = run_eval(deps.queries, queries, k=args.k, tau=args.tau, fusion=args.fusion,
-                          rerank=True if args.rerank else None,
-                          lines_of=FileLines(settings.root), file_level=args.file_level)
-    finally:
-        deps.close()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.rmtree(settings.index_path, ignore_errors=True)
+    with contextlib.ExitStack() as stack:
+        if args.docstrings is not None:
+            from indexers.eval_set import docstring_index  # the chunkers: only when asked
+
+            settings, queries = stack.enter_context(
+                docstring_index(settings, args.docstrings, quiet=not args.verbose))
+            if args.save_queries:
+                Path(args.save_queries).write_bytes(dump_queries(queries))
+        else:
+            queries = load_queries(Path(args.queries))
+        report = evaluate(settings, queries, k=args.k, tau=args.tau, fusion=args.fusion,
+                          rerank=True if args.rerank else None, file_level=args.file_level)
     if args.out:
         Path(args.out).write_bytes(run_lines(report.outcomes))
     if args.json:

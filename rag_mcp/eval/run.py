@@ -3,8 +3,10 @@
 Every query goes through ``QueryService`` (what ``rag_query`` calls) with the response budgets
 lifted and, unless asked otherwise, tau = 0, so the ranking itself is what is measured. The
 scores follow the evaluation kit's rule (rag_mcp.eval.metrics); ``run_lines`` writes the kit's
-run-file format, so ``score.py QUERIES RUN.jsonl`` prints the same numbers. The command line
-(arguments, and the docstring starter set, which drives the indexer) is indexers/eval_cli.py.
+run-file format, so ``score.py QUERIES RUN.jsonl`` prints the same numbers. ``evaluate`` is the
+whole run of ``rag-eval`` on one index; the command line (arguments, printing) is
+indexers/eval_cli.py, and the docstring starter set, which drives the indexer, is
+indexers/eval_set.py.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import orjson
 
 from rag_mcp.config import Settings
 from rag_mcp.errors import InvalidArgument
-from rag_mcp.eval.metrics import LineSpan, mean, score_query
+from rag_mcp.eval.metrics import FileLines, LineSpan, mean, score_query
 from rag_mcp.eval.sets import EvalQuery
 from rag_mcp.search.query import QueryParams, QueryService
 
@@ -103,6 +105,22 @@ def run_eval(service: QueryService, queries: Sequence[EvalQuery], *, k: int = 10
                                 min_overlap=min_overlap)
         outcomes.append(o)
     return Report(outcomes, k, summarize(outcomes, k))
+
+
+def evaluate(settings: Settings, queries: Sequence[EvalQuery], *, k: int = 10,
+             tau: float | None = 0.0, fusion: str | None = None, rerank: bool | None = None,
+             file_level: bool = False) -> Report:
+    """Ask ``queries`` of the index ``settings`` names, wired as the server wires ``rag_query``
+    (reranker included), and score them against the repository's files."""
+    from rag_mcp.deps import build_deps  # the composition root: the search stack, the model
+
+    deps = build_deps(eval_settings(settings, k))
+    try:
+        deps.repo().handle.get()  # no index: say how to build it before asking anything
+        return run_eval(deps.queries, queries, k=k, tau=tau, fusion=fusion, rerank=rerank,
+                        lines_of=FileLines(settings.root), file_level=file_level)
+    finally:
+        deps.close()
 
 
 def run_lines(outcomes: Sequence[Outcome]) -> bytes:
