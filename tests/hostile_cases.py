@@ -1,4 +1,5 @@
-"""The generated hostile inputs shared by the tests (pass/fail) and bench/hostile.py (figures).
+"""The generated hostile inputs shared by the tests (pass/fail) and bench/safety/hostile.py
+(figures).
 
 Each study builds its fixture and its case list here, from code, so the tests and the bench try
 exactly the same things and the counts printed into docs/SECURITY.md are the counts tested:

@@ -1,6 +1,7 @@
 """Running hostile cases: MCP client sessions, raw stdio and HTTP transports, and the checks.
 
-Shared by the tests and bench/hostile.py, next to the case lists of ``tests/hostile_cases.py``.
+Shared by the tests and bench/safety/hostile.py, next to the case lists of
+``tests/hostile_cases.py``.
 """
 
 from __future__ import annotations

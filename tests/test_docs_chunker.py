@@ -377,7 +377,7 @@ def test_page_id_from_nested_data_pages_tree():
 
 
 def test_one_megabyte_markdown_is_cut_into_bounded_spans():
-    # Its speed is measured by bench/index_bench.py (chunking alone), not asserted here.
+    # Its speed is measured by bench/speed/indexing.py (chunking alone), not asserted here.
     section = read("guide.md").split("---\n", 2)[2]
     text = section * (1_000_000 // len(section) + 1)
     chunks = chunk_doc(text, "markdown")

@@ -1,8 +1,8 @@
 """A damaged index, kill -9 while indexing, readers while a writer publishes, hostile ignore files.
 
 CI runs small versions (every index file damaged once, 2 kills, 4 readers x 40 queries);
-bench/hostile.py runs the full studies (every file x delete/truncate/garbage, 20 kills, 4 readers
-x 500 queries) and prints the figures into docs/SECURITY.md. tests/test_crash.py covers the
+bench/safety/hostile.py runs the full studies (every file x delete/truncate/garbage, 20 kills, 4
+readers x 500 queries) and prints the figures into docs/SECURITY.md. tests/test_crash.py covers the
 generation mechanics; these check what a user sees.
 """
 

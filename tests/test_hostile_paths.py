@@ -1,6 +1,6 @@
 """Path escapes: 200+ crafted span IDs through every tool that reads files, and races.
 
-The figure (bench/hostile.py, docs/SECURITY.md): escapes = 0, every case answered with
+The figure (bench/safety/hostile.py, docs/SECURITY.md): escapes = 0, every case answered with
 ``E_INVALID_ARGUMENT`` or ``E_NOT_FOUND``.
 """
 

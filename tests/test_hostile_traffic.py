@@ -69,7 +69,8 @@ def test_json_problem(body: bytes, problem: str | None) -> None:
 @pytest.mark.slow
 def test_sessions_keep_working_while_others_misbehave(indexed: Settings, tmp_path: Path) -> None:
     """A small CI version of the load study: HTTP clients and a stdio client at once, with
-    hostile messages mixed in; every valid call succeeds (bench/hostile.py runs 8 + 1 for 60 s)."""
+    hostile messages mixed in; every valid call succeeds (bench/safety/hostile.py runs 8 + 1 for
+    60 s)."""
     server = hio.HttpProc(Path(indexed.root), tmp_path / "logs", tmp_path / "http.err")
     stdio = hio.RawStdio(Path(indexed.root), tmp_path / "logs", tmp_path / "stdio.err").start()
     failures: list[str] = []

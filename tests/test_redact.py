@@ -291,7 +291,7 @@ def test_own_sources_have_no_secrets():
     "-" * 50_000,
 ])
 def test_adversarial_input_never_hangs(text):
-    # A liveness guard, not a speed target (bench/redaction_fp.py measures speed): each of
+    # A liveness guard, not a speed target (bench/safety/redaction_fp.py measures speed): each of
     # these took minutes with the backtracking patterns they were written against.
     done = threading.Event()
     out: list[tuple[str, list[Redaction]]] = []

@@ -71,8 +71,8 @@ class LexicalIndex:
     """A tantivy index at ``path``: documents keyed by the span's integer ``sid``."""
 
     #: weight of the name field (path + symbol/heading) in the BM25 sum, chosen with the fusion
-    #: weights by bench/calibrate.py. On the kit's natural-language sets 0 and 0.25 tie on mean
-    #: MRR@10 (+0.02 on docstring queries, -0.03 on docs headings, which the kit blanks); it
+    #: weights by bench/quality/calibrate.py. On the kit's natural-language sets 0 and 0.25 tie on
+    #: mean MRR@10 (+0.02 on docstring queries, -0.03 on docs headings, which the kit blanks); it
     #: stays on because a bare identifier query must find the definition, not a line using it.
     NAME_BOOST = 0.25
 

@@ -48,7 +48,7 @@ so ``alpha_prose`` rests on it alone, and its sets are each all prose or all cod
 doc span and a code span compete in one mixed repository was not measured.
 
 ``raw`` is mapped to a probability of relevance by a logistic curve fitted per embedding model
-on labelled queries (Platt scaling, ``bench/calibrate.py``):
+on labelled queries (Platt scaling, ``bench/quality/calibrate.py``):
 ``score = 1 / (1 + exp(-(a * raw + b)))``. The mapping is monotone, so it never changes the
 ranking; it makes ``tau`` mean the same thing across queries and models.
 """
@@ -87,8 +87,8 @@ class Calibration:
         return self.alpha_prose
 
 
-# Fitted by `bench/calibrate.py` on the four sets of ../shared/eval with the onnx-int8 backend
-# (docs/RETRIEVAL.md shows the fit, the plots and the leave-one-set-out check). alpha (code
+# Fitted by `bench/quality/calibrate.py` on the four sets of ../shared/eval with the onnx-int8
+# backend (docs/RETRIEVAL.md shows the fit, the plots and the leave-one-set-out check). alpha (code
 # spans), alpha_prose (doc/text spans) and terms: the best MRR@10 averaged over the sets among
 # the settings that beat both single legs on every set (issue 3's requirement, used as a
 # constraint; here the best mean meets it anyway). The docs set is the kit's only prose set, so
@@ -101,7 +101,7 @@ class Calibration:
 CALIBRATIONS: dict[str, Calibration] = {
     "all-MiniLM-L6-v2": Calibration(
         alpha=0.8, alpha_prose=0.4, a=4.388, b=-4.733, tau=0.02, terms=8,
-        source="bench/calibrate.py, onnx-int8, docs+cosqa+docstring+swebench_lite"),
+        source="bench/quality/calibrate.py, onnx-int8, docs+cosqa+docstring+swebench_lite"),
 }
 # Models without a fitted row: the same shape and no threshold (tau = 0 drops nothing), since
 # an uncalibrated score means nothing absolute. The length rule stays: BM25's compression on long

@@ -12,7 +12,7 @@ Two detectors feed one list of candidate ranges:
 Only the secret itself becomes ``[REDACTED:<kind>]``: keys, quotes, URL hosts and surrounding
 code stay readable. A marker is never mistaken for a secret (its kind name follows a colon, and
 "[" starts no value), so redacting twice changes nothing. Thresholds were set with
-``bench/redaction_fp.py`` on millions of lines of real library code.
+``bench/safety/redaction_fp.py`` on millions of lines of real library code.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def fastmcp_options(settings: Settings) -> dict[str, Any]:
     Host/Origin checks live in ``Guard`` because they depend on the token, so the SDK's own
     DNS-rebinding check is off; its body limit is ours. Responses are plain JSON rather than an
     SSE stream per POST: no tool here streams progress, and the stream cost ~5 ms of server
-    time a call (bench/transport.py); clients must accept both (MCP streamable HTTP).
+    time a call (bench/speed/transport.py); clients must accept both (MCP streamable HTTP).
     """
     check_exposure(settings)
     return {"host": settings.http_host, "port": settings.http_port,

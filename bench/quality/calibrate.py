@@ -1,13 +1,13 @@
 """Choose the fusion weights, fit the calibration of the score and choose the default tau.
 
-Works offline on the candidate features of every evaluation query (bench/quality_features.py:
+Works offline on the candidate features of every evaluation query (bench/quality/features.py:
 dense top 200, BM25 top 200 on the span body and on the name field, the cosine of every
 candidate, relevance by the kit's rule), so hundreds of settings cost seconds:
 
 1. grid over alpha (weight of the cosine for code spans), alpha_prose (for documentation and
    plain-text spans), the name-field weight of BM25 and ``terms`` (the query length in
    distinct terms beyond which the cosine's weight falls as terms / n, rag_mcp/search/fusion.py).
-   The choice (bench/fusion_search.py ``choose``): the best MRR@10 averaged over the sets,
+   The choice (bench/quality/fusion_search.py ``choose``): the best MRR@10 averaged over the sets,
    each set weighing the same, among the settings that beat both single legs on every set —
    issue 3's own requirement used as a constraint — else the best mean. A leave-one-set-out
    pass shows what a set not used for the choice would get (the held-out sets of the issue are
@@ -21,7 +21,7 @@ candidate, relevance by the kit's rule), so hundreds of settings cost seconds:
    is the one that cuts the most returned tokens (tokens fall as tau rises); leave-one-set-out
    again: the tau chosen on the other sets, and what it costs the held-out one.
 
-    .venv/bin/python -m bench.calibrate [--backend onnx-int8] [--sets docs,cosqa,...]
+    .venv/bin/python -m bench.quality.calibrate [--backend onnx-int8] [--sets docs,cosqa,...]
 
 Prints the ``CALIBRATIONS`` row for rag_mcp/search/fusion.py, draws docs/img/calibration-*.png and
 rewrites the "quality-calibration" section of docs/BENCHMARKS.md.
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from bench._report import ROOT, md_table, write_section
-from bench.fusion_search import (
+from bench.quality.fusion_search import (
     ALPHAS,
     NAME_WEIGHTS,
     ONE_ALPHA,
@@ -59,7 +59,7 @@ from bench.fusion_search import (
     rule_families,
     setting,
 )
-from bench.quality_sets import SETS, SHORT, load_set
+from bench.quality.sets import SETS, SHORT, add_kit_arg, load_set, use_kit
 from rag_mcp.search.fusion import query_alpha
 
 IMG = ROOT / "docs" / "img"
@@ -292,7 +292,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backend", default="onnx-int8")
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--no-write", action="store_true", help="print only")
+    add_kit_arg(ap)
     args = ap.parse_args(argv)
+    use_kit(args.kit)
     sets = args.sets.split(",")
     data = {s: load(s, args.backend) for s in sets}
     n = {s: len(load_set(s).queries) for s in sets}
@@ -334,14 +336,14 @@ def main(argv: list[str] | None = None) -> None:
         for i, t in enumerate(TAUS) if t <= 0.1 or t in (0.2, 0.3, 0.5, 0.7, 0.9)]
     row = (f'"all-MiniLM-L6-v2": Calibration(alpha={alpha:g}, a={a:.3f}, b={b:.3f}, '
            f'tau={tau:g}, terms={terms:g}, alpha_prose={prose:g}, '
-           f'source="bench/calibrate.py, {args.backend}, {", ".join(sets)}")')
+           f'source="bench/quality/calibrate.py, {args.backend}, {", ".join(sets)}")')
     body = f"""## Fusion weights, calibration and tau ({args.backend})
 
-`python -m bench.calibrate --backend {args.backend} --sets {",".join(sets)}`
+`python -m bench.quality.calibrate --backend {args.backend} --sets {",".join(sets)}`
 
 Offline on each query's candidates as rag_query sees them (dense top 50 + lexical top 50, each
 candidate's BM25 read from the lexical top 200; replayed from recorded top-200 lists by
-bench/fusion_search.py), relevance by the kit's rule. `raw = a_q * cos + (1 - a_q) * lex +
+bench/quality/fusion_search.py), relevance by the kit's rule. `raw = a_q * cos + (1 - a_q) * lex +
 (alpha_k - a_q) * best cos`, `lex` = BM25 (body + w * name) over its upper bound for the query,
 `a_q = alpha_k * min(1, terms / n)` for a query of n distinct lexical terms, `alpha_k` = alpha
 for code spans and alpha_prose for doc/text spans. The choice: the best MRR@10 averaged over the

@@ -1,6 +1,6 @@
 """Index a real mid-size repository no one here wrote and report where the time goes.
 
-    python -m bench.index_bench [--package flask==3.1.0] [--backend onnx] [--quick]
+    python -m bench.speed.indexing [--package flask==3.1.0] [--backend onnx] [--quick]
                                 [--rounds 3] [--baseline REV] [--incremental-only]
 
 Measured in one run, side by side: chunking alone (one process, and a pool of two), the model's
@@ -11,12 +11,13 @@ any process that embeds (start Python, import the model's runtime, load the mode
 and the same one-file edit in a process that stays up with its model loaded (what `--watch` does
 per save). Writes the "index" section of docs/BENCHMARKS.md.
 
-``--baseline REV`` runs the `rag-index` of an older commit (``git archive``, as bench/latency.py
-does) on its own copy of the repository and its own index, built first from a copy of this run's
-embedding cache; bare start-up, no-op and incremental runs then alternate between the two trees
-round by round, and the table gains their before/after. ``--incremental-only`` skips chunking,
-the model and the cold run: it builds each index from the embedding cache the last full run left
-(bench/.work/index-bench), so a change can be measured in a minute; it prints, writes nothing.
+``--baseline REV`` runs the `rag-index` of an older commit (``git archive``, as
+bench/speed/latency.py does) on its own copy of the repository and its own index, built first from a
+copy of this run's embedding cache; bare start-up, no-op and incremental runs then alternate between
+the two trees round by round, and the table gains their before/after. ``--incremental-only`` skips
+chunking, the model and the cold run: it builds each index from the embedding cache the last full
+run left (bench/.work/index-bench), so a change can be measured in a minute; it prints, writes
+nothing.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ def rounds(trees: list[Tree], target: str, n: int, backend: str) -> None:
 FLOOR = """\
 import sys
 from rag_mcp.config import load_settings
-from rag_mcp.embed.core import load_embedder
+from rag_mcp.embed import load_embedder
 s = load_settings({"embed_backend": sys.argv[1]})
 m = load_embedder(s.embed_model, s.embed_backend, cache_dir=s.model_cache_path)
 m.embed_documents(["def added(x):\\n    return x + 1"], s.embed_max_tokens)
@@ -189,7 +190,7 @@ def measure_floor(t: Tree, target: str, n: int, backend: str) -> Floor:
     long-lived in-process pipeline with its model loaded once (what a watcher does per save)."""
     from indexers.pipeline import run_index
     from rag_mcp.config import load_settings
-    from rag_mcp.embed.core import load_embedder
+    from rag_mcp.embed import load_embedder
 
     f = Floor()
     env = t.env(backend)
@@ -255,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     target = sources[len(sources) // 2]
     base_tree = None
     if args.baseline:
-        from bench.transport import baseline_tree
+        from bench.speed.transport import baseline_tree
 
         base_tree = baseline_tree(args.baseline)
     rev = base_tree.name.removeprefix("baseline-") if base_tree else ""
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
           f"files/s (2 processes), {spans:,} spans", flush=True)
 
     from rag_mcp.config import load_settings
-    from rag_mcp.embed.core import load_embedder
+    from rag_mcp.embed import load_embedder
 
     s = load_settings({"root": str(root), "embed_backend": args.backend})
     model = load_embedder(s.embed_model, args.backend, cache_dir=s.model_cache_path)
@@ -338,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                 "dependencies.")
     table = md_table(["measure", f"{args.package} ({args.backend})"], rows)
     print(table)
-    cmd = "python -m bench.index_bench" + (f" --package {args.package}"
+    cmd = "python -m bench.speed.indexing" + (f" --package {args.package}"
                                            if args.package != "flask==3.1.0" else "")
     if args.backend != "onnx":
         cmd += f" --backend {args.backend}"

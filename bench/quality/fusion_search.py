@@ -1,6 +1,6 @@
 """Fusion rules scored offline on every evaluation query's candidates, as the retriever fuses them.
 
-bench/quality_features.py records, per query, the dense top 200, the BM25 top 200 on the span
+bench/quality/features.py records, per query, the dense top 200, the BM25 top 200 on the span
 body and on the name field and the cosine of every candidate. ``Q`` replays the retriever on
 them: the candidates are the dense top ``POOL`` and the lexical top ``POOL`` (BM25 of body +
 w * name), every candidate's BM25 is read from the lexical top ``LOOKUP`` (``Retriever``'s
@@ -8,8 +8,8 @@ deeper lookup; ``exact=False`` gives the BM25 of the lexical top list only, as b
 the cosine's weight per query and candidate kind comes from
 ``rag_mcp.search.fusion.query_alpha``, the
 product's own code. At alpha = 0.6, w = 0.25 and the lexical top list only, this reproduced
-rag_query's MRR@10 on every set (bench/quality.py, "Retrieval quality"); at the per-kind default
-it is within 0.001 of rag_query's on every set.
+rag_query's MRR@10 on every set (bench/quality/retrieval.py, "Retrieval quality"); at the
+per-kind default it is within 0.001 of rag_query's on every set.
 
 ``grid`` scores every (alpha for code spans, alpha for prose spans, name weight, terms) setting
 on every set and ``choose`` picks the default among them: the best MRR@10 averaged over the
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.quality_features import collect_legs
-from bench.quality_sets import load_set
+from bench.quality.features import collect_legs
+from bench.quality.sets import load_set
 from rag_mcp.index.lexical import LexicalIndex
 from rag_mcp.search.fusion import PROSE_KINDS, Calibration, query_alpha
 from rag_mcp.search.retrieve import Retriever
@@ -179,7 +179,8 @@ def rule_families(data: dict[str, list[Q]], w: float, alphas: tuple[float, ...],
                   terms: tuple[float, ...], t_kind: float = 12.0
                   ) -> dict[str, list[tuple[str, Score]]]:
     """Each family: (label, score) settings, all at name weight ``w``."""
-    from rag_mcp.embed.core import TokenCounter, model_spec, resolve_model
+    from rag_mcp.embed.batching import TokenCounter
+    from rag_mcp.embed.models import model_spec, resolve_model
 
     spec = model_spec(resolve_model("all-MiniLM-L6-v2"))
     counter, window = TokenCounter(spec), spec.max_tokens

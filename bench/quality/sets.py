@@ -1,11 +1,14 @@
-"""The evaluation sets of ../shared/eval and their indexes, for the quality bench.
+"""The evaluation sets of the evaluation kit and their indexes, for the quality bench.
 
-The kit is copied to ``bench/.work/eval`` (the shared folder is read-only; SWE-bench has to be
-unpacked). Every corpus is indexed with the real pipeline into one ``index.dir``
-(``bench/.work/index``), so the embedding cache there is shared: a vector is computed once per
-(model, text) across corpora, backends' reruns and SWE-bench's 30 overlapping snapshots.
+The kit (a folder holding ``score.py``, ``bm25_baseline.py`` and ``sets/``; here ../shared/eval)
+is named by ``--kit DIR`` or the environment variable ``RAG_EVAL_KIT``, and copied once to
+``bench/.work/eval`` (the kit may be read-only; SWE-bench has to be unpacked). Every corpus is
+indexed with the real pipeline into one ``index.dir`` (``bench/.work/index``), so the embedding
+cache there is shared: a vector is computed once per (model, text) across corpora, backends'
+reruns and SWE-bench's 30 overlapping snapshots.
 
-    .venv/bin/python -m bench.quality_sets [--backends onnx-int8,onnx] [--sets docs,cosqa]
+    .venv/bin/python -m bench.quality.sets --kit ../shared/eval [--backends onnx-int8,onnx] \\
+        [--sets docs,cosqa]
 
 indexes everything up front (slow: embedding is the whole cost; run it in the background).
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -25,8 +29,11 @@ from bench._report import WORK
 from indexers.pipeline import RunStats, run_index
 from rag_mcp.config import Settings, load_settings
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "eval"
+#: the environment variable naming the kit's folder (``--kit DIR`` wins over it)
+KIT_ENV = "RAG_EVAL_KIT"
 EVAL = WORK / "eval"
+_KIT_SOURCE = EVAL / ".kit-source"  # the folder the copy was made from
+_kit_flag: str | None = None
 INDEX = WORK / "index"
 SETS = ("docs", "cosqa", "docstring", "swebench_lite")
 BACKENDS = ("onnx-int8", "onnx")
@@ -55,13 +62,47 @@ class EvalSet:
         return self.dir if any(q.get("corpus") for q in self.queries) else self.dir / "corpus"
 
 
+def add_kit_arg(ap: argparse.ArgumentParser) -> None:
+    """The ``--kit DIR`` option of every script that reads the evaluation sets."""
+    ap.add_argument("--kit", metavar="DIR",
+                    help=f"the evaluation kit's folder (default: ${KIT_ENV}), e.g. ../shared/eval; "
+                         "copied once into bench/.work/eval")
+
+
+def use_kit(flag: str | None) -> None:
+    """Take the kit from ``--kit`` (None: from the environment) for this process."""
+    global _kit_flag
+    _kit_flag = flag
+
+
+def kit_source() -> Path:
+    """The kit's folder, from ``--kit DIR`` or ``RAG_EVAL_KIT``; exits saying which is missing."""
+    raw = _kit_flag or os.environ.get(KIT_ENV, "")
+    if not raw:
+        sys.exit(f"no evaluation kit given: pass --kit DIR or set {KIT_ENV}=DIR, DIR being the "
+                 "kit's folder (it holds score.py and sets/; here ../shared/eval)")
+    path = Path(raw).expanduser().resolve()
+    if not (path / "score.py").is_file() or not (path / "sets").is_dir():
+        sys.exit(f"{path} is not the evaluation kit (no score.py and sets/ in it); "
+                 f"check --kit DIR or {KIT_ENV}")
+    return path
+
+
 def ensure_kit() -> Path:
-    """Copy the kit (once) and unpack SWE-bench Lite into it."""
+    """The work copy of the kit: copied (once) from ``kit_source()``, SWE-bench Lite unpacked.
+
+    An existing copy is used as it is unless a kit was named that it was not copied from."""
+    named = _kit_flag or os.environ.get(KIT_ENV)
+    if EVAL.exists() and named and _KIT_SOURCE.is_file():
+        src, made_from = kit_source(), _KIT_SOURCE.read_text(encoding="utf-8")
+        if made_from != str(src):
+            sys.exit(f"{EVAL} was copied from {made_from}, not {src}: delete it to copy this "
+                     "kit (bench/.work/index then holds the indexes of the other kit's sets)")
     if not EVAL.exists():
-        if not SHARED.is_dir():
-            sys.exit(f"no evaluation kit at {SHARED}")
-        shutil.copytree(SHARED, EVAL)
+        src = kit_source()
+        shutil.copytree(src, EVAL)
         subprocess.run(["chmod", "-R", "u+w", str(EVAL)], check=True)
+        _KIT_SOURCE.write_text(str(src), encoding="utf-8")
     if not (EVAL / "sets" / "swebench_lite" / "queries.jsonl").exists():
         subprocess.run([sys.executable, "make_swebench_set.py", "--unpack"], cwd=EVAL,
                        check=True, stdout=subprocess.DEVNULL)
@@ -122,7 +163,9 @@ def main(argv: list[str] | None = None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--backends", default=",".join(BACKENDS))
+    add_kit_arg(ap)
     a = ap.parse_args(argv)
+    use_kit(a.kit)
     index_all(a.sets.split(","), a.backends.split(","))
 
 

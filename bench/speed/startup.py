@@ -1,13 +1,13 @@
 """Server start-up: from spawning `rag-mcp serve` to its first answers, as an assistant sees it.
 
-    .venv/bin/python -m bench.startup [--rounds 7] [--baseline REV]
+    .venv/bin/python -m bench.speed.startup [--rounds 7] [--baseline REV]
 
 An assistant starts a stdio server per session, so what a user waits for first is the spawn,
 the MCP handshake and the first tool calls. Each round spawns a server for this repository
 (indexed first, default model) from the official Python SDK client and times, from the spawn:
 the `initialize` answer, the first `rag_health`, and the first `rag_query` (which waits for the
 embedding model to load). ``--baseline REV`` spawns the server of an older commit (its source
-exported with ``git archive``, bench/transport.py's way) in alternating rounds, so the ratio
+exported with ``git archive``, bench/speed/transport.py's way) in alternating rounds, so the ratio
 holds whatever the machine's load. Writes the "startup" section of docs/BENCHMARKS.md.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import anyio
 
 from bench._report import ROOT, WORK, md_table, median, write_section
-from bench.transport import baseline_tree, server_command
+from bench.speed.transport import baseline_tree, server_command
 
 QUERY = "how is a span ID built from path, lines and digest?"
 STEPS = ("initialize", "first rag_health", "first rag_query")
@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     if base is not None:
         rev = base.name.removeprefix("baseline-")
         header += [f"{rev} (median)", "speed-up"]
-    cmd = "python -m bench.startup" + (f" --rounds {args.rounds}" if args.rounds != 7 else "") + (
+    cmd = "python -m bench.speed.startup" + (
+        f" --rounds {args.rounds}" if args.rounds != 7 else "") + (
         f" --baseline {base.name.removeprefix('baseline-')}" if base else "")
     body = (
         "## Server start-up over stdio\n\n"

@@ -1,6 +1,6 @@
 """What keeping an index fresh costs as it grows: one incremental run for a one-file edit.
 
-On the indexes bench/large_repo.py built (a ~30k-line and a ~330k-line tree of Django's sdist,
+On the indexes bench/speed/large_repo.py built (a ~30k-line and a ~330k-line tree of Django's sdist,
 default backend), the same file is edited several times; each edit is one ``run_index`` with the
 edited path (what a watcher runs), timed in process with the model already loaded. Then a reader
 opens the new generation and answers one dense query, which is what a server pays when ``CURRENT``
@@ -8,7 +8,7 @@ moves. Both sizes run with the embedded store and with a Chroma server (``chroma
 loopback; the server-mode index is filled from the embedding cache, nothing is re-embedded).
 Prints markdown and rewrites the "edit_cost" section of docs/BENCHMARKS.md.
 
-    .venv/bin/python -m bench.edit_cost [--edits 7]
+    .venv/bin/python -m bench.speed.edit_cost [--edits 7]
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from bench._report import WORK, md_table, median, write_section
-from bench.freshness import probe_text, save
-from bench.large_repo import BASE as LARGE
-from bench.large_repo import LARGE_IGNORE, TREE, index_sizes, prepare
+from bench.speed.freshness import probe_text, save
+from bench.speed.large_repo import BASE as LARGE
+from bench.speed.large_repo import LARGE_IGNORE, TREE, index_sizes, prepare
 
 FILE = "django/forms/fields.py"  # in both trees, so both sizes edit the same text
 OUT = WORK / "edit_cost"
@@ -114,14 +114,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     from rag_mcp.config import load_settings
-    from rag_mcp.embed.core import load_embedder
+    from rag_mcp.embed import load_embedder
 
     prepare()
     trees = {"30k": (LARGE / "django-30k", LARGE / "idx-small-onnx", ()),
              "330k": (TREE, LARGE / "idx-large-onnx", LARGE_IGNORE)}
     missing = [str(idx) for _, idx, _ in trees.values() if not idx.is_dir()]
     if missing:
-        raise SystemExit(f"run `python -m bench.large_repo` first (missing {missing})")
+        raise SystemExit(f"run `python -m bench.speed.large_repo` first (missing {missing})")
     base = load_settings({})
     emb = load_embedder(base.embed_model, base.embed_backend, cache_dir=base.model_cache_path)
     rows = []
@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      r["reopen_p50"], r["copied_mb"], f"{r['load']:.1f}"])
         print(rows[-1], file=sys.stderr)
     body = "\n".join([
-        "## Keeping a large index fresh: one edit", "", "`python -m bench.edit_cost`", "",
+        "## Keeping a large index fresh: one edit", "", "`python -m bench.speed.edit_cost`", "",
         f"{args.edits} edits of `{FILE}` (a probe function replaced each time, one span to "
         "embed), each followed by the incremental run a watcher makes for it (`run_index` with "
         "the edited path, in process, model loaded) and by a reader opening the new generation "

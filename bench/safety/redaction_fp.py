@@ -5,7 +5,7 @@ way the server returns them, and prints markdown to stdout: lines scanned, redac
 redactions per 10,000 lines, each hit in non-test code (so a person can judge it) and a sample
 of hits in test code (fake keys there are expected), plus the redaction speed in µs per KB.
 
-    .venv/bin/python -m bench.redaction_fp [--lib NAME ...] [--tree DIR ...] [--samples N]
+    .venv/bin/python -m bench.safety.redaction_fp [--lib NAME ...] [--tree DIR ...] [--samples N]
 """
 
 from __future__ import annotations

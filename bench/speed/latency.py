@@ -1,13 +1,13 @@
 """Tool latency through the real stdio transport, client and server in separate processes.
 
-    python -m bench.latency [--calls 200] [--rounds 5] [--repo PATH ...] [--baseline REV]
+    python -m bench.speed.latency [--calls 200] [--rounds 5] [--repo PATH ...] [--baseline REV]
 
 For each repository (default: this one and the Flask 3.1.0 sdist, ~33k lines; both are indexed
 first with the default model): rag_query uncached (distinct queries), cached (repeats), rag_get_span
 and rag_health, P50 and P95 over --calls calls each, with the server-side split that rag_query
 reports (embedding, dense, lexical, fusion, formatting). One server per repository, all open at
 once; each kind of call runs in --rounds blocks alternating between them. ``--baseline REV``
-adds the servers of an older commit to the same rounds (bench/transport.py's way) and a table
+adds the servers of an older commit to the same rounds (bench/speed/transport.py's way) and a table
 of the speed-up. Writes the "latency" section of docs/BENCHMARKS.md.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 
 from bench._report import ROOT, WORK, md_table, pct, write_section
-from bench.transport import (
+from bench.speed.transport import (
     baseline_tree,
     run_ts_client,
     server_command,
@@ -151,7 +151,7 @@ async def measure(roots: list[Path], calls: int, rounds: int, baseline: Path | N
                 await session.call_tool("rag_query", {"query": qs[name][i % 20]})
                 out[name]["sdk_cached"].append((time.perf_counter() - t0) * 1000)
         if ts_client_ready():
-            # The TypeScript SDK client (bench/transport_client.mjs), a stdio server of this
+            # The TypeScript SDK client (bench/speed/transport_client.mjs), a stdio server of this
             # tree per repository spawned by it: a cached query, a span, health.
             command = server_command(None)
             ts = await run_ts_client({root.name: {
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     repos = args.repo
     if not repos:
-        from bench.index_bench import fetch_sdist
+        from bench.speed.indexing import fetch_sdist
 
         repos = [ROOT, fetch_sdist("flask==3.1.0")]
     rows = []
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                       "dense", "lexical", "fusion", "format"], splits)
     print(split)
     rev = base.name.removeprefix("baseline-") if base else ""
-    cmd = ("python -m bench.latency" + (f" --calls {args.calls}" if args.calls != 200 else "")
+    cmd = ("python -m bench.speed.latency" + (f" --calls {args.calls}" if args.calls != 200 else "")
            + (f" --rounds {args.rounds}" if args.rounds != 5 else "")
            + (f" --baseline {rev}" if base else ""))
     side = ""
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                   + table + "\n\nServer-side split of rag_query (P50, ms):\n\n" + split
                   + f"\n\nLoad average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at "
                   f"the end, on {os.cpu_count()} cores shared with other work: absolute times "
-                  "are inflated by load; bench/transport.py times the transport alone."
+                  "are inflated by load; bench/speed/transport.py times the transport alone."
                   + side)
     return 0
 

@@ -7,7 +7,7 @@ them alike) and report their best and median round: the machines are shared. Loa
 RSS come from a fresh subprocess per backend. Prints markdown and rewrites the "embed" section of
 docs/BENCHMARKS.md.
 
-    .venv/bin/python -m bench.embed_throughput [--spans 300] [--rounds 3] [--quick]
+    .venv/bin/python -m bench.speed.embed_throughput [--spans 300] [--rounds 3] [--quick]
 """
 
 from __future__ import annotations
@@ -28,17 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from bench._report import ROOT, WORK, md_table, median, pct, write_section
-from bench.quality_sets import DEFAULT_READ
-from rag_mcp.embed.core import (
-    MAX_BATCH_TOKENS,
-    TokenCounter,
-    TorchEmbedder,
-    load_embedder,
-    model_spec,
-    offline,
-    resolve_model,
-)
-from rag_mcp.embed.onnx import OnnxEmbedder, export_dir, export_fp32
+from bench.quality.sets import DEFAULT_READ
+from rag_mcp.embed import load_embedder
+from rag_mcp.embed.batching import MAX_BATCH_TOKENS, TokenCounter
+from rag_mcp.embed.models import model_spec, offline, resolve_model
+from rag_mcp.embed.onnx_export import export_dir, export_fp32
+from rag_mcp.embed.onnx_runtime import OnnxEmbedder
+from rag_mcp.embed.torch_backend import TorchEmbedder
 
 MODEL = "all-MiniLM-L6-v2"
 DEFAULT_CUT = DEFAULT_READ or 128
@@ -117,7 +113,7 @@ def load_and_rss(backend: str, cache_dir: Path) -> tuple[float, float]:
         "import sys, time\n"
         "from pathlib import Path\n"
         "t = time.perf_counter()\n"
-        "from rag_mcp.embed.core import load_embedder\n"
+        "from rag_mcp.embed import load_embedder\n"
         "e = load_embedder(sys.argv[1], sys.argv[2], cache_dir=Path(sys.argv[3]))\n"
         "e.embed_documents(['def f(x):\\n    return x'] * 32)\n"
         "hwm = [x for x in open('/proc/self/status') if x.startswith('VmHWM')][0]\n"
@@ -125,11 +121,11 @@ def load_and_rss(backend: str, cache_dir: Path) -> tuple[float, float]:
     )
     if backend == "st":
         code = code.replace(
-            "from rag_mcp.embed.core import load_embedder\n"
+            "from rag_mcp.embed import load_embedder\n"
             "e = load_embedder(sys.argv[1], sys.argv[2], cache_dir=Path(sys.argv[3]))\n"
             "e.embed_documents(",
             "from sentence_transformers import SentenceTransformer\n"
-            "from rag_mcp.embed.core import resolve_model\n"
+            "from rag_mcp.embed.models import resolve_model\n"
             "e = SentenceTransformer(str(resolve_model(sys.argv[1])), device='cpu')\n"
             "e.encode(")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
@@ -284,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     long_frac = sum(t >= spec.max_tokens for t in tokens) / len(tokens)
     cut_frac = sum(t > cut for t in counts) / len(counts)
-    cmd = ".venv/bin/python -m bench.embed_throughput" + (
+    cmd = ".venv/bin/python -m bench.speed.embed_throughput" + (
         f" --spans {args.spans} --rounds {args.rounds}" if not args.quick else " --quick")
     body = (
         f"## Embedding throughput\n\n`{cmd}`\n\n"

@@ -13,7 +13,7 @@ spans of the same tree. Results are kept in bench/.work/large/results.json so a 
 redone without the long cold index (``--redo``). Prints markdown and rewrites the "large_repo"
 section of docs/BENCHMARKS.md.
 
-    .venv/bin/python -m bench.large_repo [--backends onnx,onnx-int8] [--redo noop,query]
+    .venv/bin/python -m bench.speed.large_repo [--backends onnx,onnx-int8] [--redo noop,query]
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def raw_throughput(root: Path, ignore: Sequence[str], backend: str, n: int = 640
     """spans/s of the model alone on ``n`` embedded texts of this tree, cut as the indexer does."""
     from indexers import chunking, walk
     from rag_mcp.config import load_settings
-    from rag_mcp.embed.core import load_embedder
+    from rag_mcp.embed import load_embedder
     from rag_mcp.index.spans import span_text
 
     s = load_settings({"root": str(root), "embed_backend": backend})
@@ -421,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 step(res, f"size:{name}:{b}", redo, lambda idx=idx: index_sizes(idx))
             step(res, f"query:{name}:{b}", redo, lambda idx=idx, root=root, ignore=ignore:
                  anyio.run(_query_session, root, idx, ignore, args.rounds))
-    cmd = "python -m bench.large_repo" + (f" --backends {args.backends}"
+    cmd = "python -m bench.speed.large_repo" + (f" --backends {args.backends}"
                                           if args.backends != "onnx,onnx-int8" else "")
     body = render(res, backends, cmd)
     print(body)

@@ -1,10 +1,10 @@
 """Hostile input and faults at full size: the figures of docs/SECURITY.md.
 
-    .venv/bin/python -m bench.hostile [--study NAME ...] [--seconds 60]
+    .venv/bin/python -m bench.safety.hostile [--study NAME ...] [--seconds 60]
 
 Studies (tests/test_hostile_*.py and tests/test_llm.py are their pass/fail versions, smaller):
 paths (200+ crafted span IDs, a symlink race), secrets (the fake-secret corpus through every
-channel; false redactions from bench/redaction_fp.py), traffic (malformed messages over stdio
+channel; false redactions from bench/safety/redaction_fp.py), traffic (malformed messages over stdio
 and HTTP), crash (20 seeded kill -9 of rag-index), concurrency (a writer and 4 readers x 500
 queries), damage (every index file deleted, truncated, garbage), ollama (the faults of the local
 model), load (8 HTTP clients + 1 stdio client for --seconds, with the bundled model). Each study
@@ -48,7 +48,7 @@ from tests.test_crash import write_repo
 
 SECURITY_MD = ROOT / "docs" / "SECURITY.md"
 REFUSED = {"E_INVALID_ARGUMENT", "E_NOT_FOUND"}
-CMD = ".venv/bin/python -m bench.hostile"
+CMD = ".venv/bin/python -m bench.safety.hostile"
 
 
 def hash_settings(root: Path, work: Path, **kw: object) -> Settings:
@@ -213,12 +213,12 @@ def study_secrets(work: Path, args: argparse.Namespace) -> str:
         "were indexed.", "",
         md_table(["channel", "calls or lines", "secrets leaked"],
                  [[ch, calls[ch], leaks[ch]] for ch in calls]), "",
-        "False redactions (`bench/redaction_fp.py`, every redaction in non-test source counted "
-        "as false until judged): " + fp + "."])
+        "False redactions (`bench/safety/redaction_fp.py`, every redaction in non-test source "
+        "counted as false until judged): " + fp + "."])
 
 
 def false_redactions(work: Path) -> str:
-    out = subprocess.run([sys.executable, "-m", "bench.redaction_fp"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "bench.safety.redaction_fp"], capture_output=True,
                          text=True, cwd=ROOT, check=False).stdout
     (work / "redaction_fp.md").write_text(out)
     rows = {r.split("|")[1].strip(): [c.strip() for c in r.split("|")[2:-1]]

@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from bench._report import WORK
-from bench.quality_sets import EvalSet, settings_for
+from bench.quality.sets import EvalSet, settings_for
 from rag_mcp.deps import Deps, build_deps
 from rag_mcp.eval.metrics import LineSpan, is_match
 from rag_mcp.eval.run import eval_settings

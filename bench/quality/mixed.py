@@ -1,6 +1,6 @@
 """Documentation and code in one index: how the weight per span kind ranks them against each other.
 
-    .venv/bin/python -m bench.quality_mixed [--backend onnx-int8] [--no-write]
+    .venv/bin/python -m bench.quality.mixed [--backend onnx-int8] [--no-write]
 
 Every set of the kit is all prose (docs) or all code (the others), so the fused score of a doc
 span never competes with a code span's there; in a real repository a README section and a
@@ -10,7 +10,7 @@ in both, so every gold path holds), indexes it with the default pipeline, and as
 queries against its own index and against the mixed one, through rag-eval's path (k = 10,
 tau = 0): hybrid (the default), each leg alone, and one variant, the hybrid with a Platt curve
 per span kind (code fitted on the three code sets, prose on docs, from the recorded candidates
-of bench/quality_features.py) so that a doc and a code span of equal calibrated probability
+of bench/quality/features.py) so that a doc and a code span of equal calibrated probability
 rank equal. Writes the "quality-mixed" section of docs/BENCHMARKS.md.
 """
 
@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from bench._report import WORK, md_table, write_section
-from bench.quality_runs import Run, score_run, service_run
-from bench.quality_sets import SHORT, EvalSet, load_set, settings_for
+from bench.quality.runs import Run, score_run, service_run
+from bench.quality.sets import SHORT, EvalSet, add_kit_arg, load_set, settings_for, use_kit
 from indexers.pipeline import run_index
 from rag_mcp.search import fusion
 
@@ -57,8 +57,8 @@ def from_other_corpus(ev: EvalSet, run: Run, k: int = 5) -> float:
 
 def kind_curves(backend: str) -> dict[str, tuple[float, float]]:
     """Platt curves fitted per span kind on the recorded candidates, at the default weights."""
-    from bench.calibrate import platt
-    from bench.fusion_search import load
+    from bench.quality.calibrate import platt
+    from bench.quality.fusion_search import load
 
     cal = fusion.calibration_for("all-MiniLM-L6-v2")
     setting = (cal.alpha, 0.25, cal.terms, cal.alpha_for("doc"))
@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="onnx-int8")
     ap.add_argument("--no-write", action="store_true")
+    add_kit_arg(ap)
     a = ap.parse_args(argv)
+    use_kit(a.kit)
     tag = SHORT[a.backend]
     coll = f"mixed-{tag}"
     mix = mixed_corpus()
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     (cc, pc) = curves["code"], curves["prose"]
     body = f"""## Documentation and code in one index ({a.backend})
 
-`python -m bench.quality_mixed --backend {a.backend}`
+`python -m bench.quality.mixed --backend {a.backend}`
 
 The docs corpus (FastAPI's documentation) and the docstring corpus (requests, click, lodash) in
 one index of {stats.spans_total:,} spans; each set's queries asked of its own index, then of the

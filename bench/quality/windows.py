@@ -1,16 +1,21 @@
 """The fixed-window baselines of the quality bench.
 
-* BM25 over fixed 40-line windows: the kit's own ``bm25_baseline.py`` (imported from the copy
-  of ../shared/eval), so the keyword baseline is exactly the one its README lists, measured in
-  the same run.
+* BM25 over fixed 40-line windows: the kit's own ``bm25_baseline.py`` (imported from the work
+  copy of the evaluation kit), so the keyword baseline is exactly the one its README lists,
+  measured in the same run.
 * Dense only over fixed 1,000-character windows with 200 characters of overlap, the design
   documents' "current indexer": the raw window text is embedded with the same model and backend
   as our pipeline, and searched exactly (all vectors in memory). Its vectors have their own
   cache, ``bench/.work/windows/embcache.sqlite``, keyed like the index's (model identity + text).
+  bench.quality.retrieval scores only the corpora whose windows are all embedded; embedding them
+  is slow and done apart (SWE-bench's 30 snapshots: ~43k windows, hours on 2 cores):
+
+    .venv/bin/python -m bench.quality.windows --kit ../shared/eval [--sets docs,cosqa,docstring]
 """
 
 from __future__ import annotations
 
+import argparse
 import heapq
 import importlib.util
 import re
@@ -24,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from bench._report import WORK
-from bench.quality_sets import EvalSet
+from bench.quality.sets import EvalSet, add_kit_arg, load_set, use_kit
 from indexers.embcache import EmbeddingCache
-from rag_mcp.embed.core import Embedder, load_embedder, model_identity
+from rag_mcp.embed import Embedder, load_embedder, model_identity
 from rag_mcp.eval.metrics import LineSpan
 from rag_mcp.index.spans import embedding_key
 
@@ -167,3 +172,18 @@ def embed_all(sets: Sequence[EvalSet], backend: str, model: str = "all-MiniLM-L6
         return counts
     finally:
         dw.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default="docs,cosqa,docstring")
+    ap.add_argument("--backend", default="onnx-int8")
+    add_kit_arg(ap)
+    a = ap.parse_args(argv)
+    use_kit(a.kit)
+    embed_all([load_set(name) for name in a.sets.split(",")], a.backend)
+
+
+if __name__ == "__main__":
+    main()

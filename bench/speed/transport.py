@@ -1,6 +1,6 @@
 """Transport overhead: the same server over stdio and over streamable HTTP, side by side.
 
-    .venv/bin/python -m bench.transport [--calls 500] [--rounds 5] [--baseline REV]
+    .venv/bin/python -m bench.speed.transport [--calls 500] [--rounds 5] [--baseline REV]
 
 Indexes this repository once into bench/.work/transport (the deterministic test-hash-64 model:
 the timed rag_query calls are memo-cache hits, so the model never runs in them), starts two
@@ -14,7 +14,7 @@ and the server. ``ClientSession.call_tool`` also validates the result against th
 schema with ``jsonschema`` (rebuilding the validator each call); that client-side cost is shown
 in its own rows, over fewer calls. "server ms" is the time the server's tool wrapper logged for
 the same calls (the tool, on the event loop for these memo hits and health checks, rendering,
-the JSONL log line). Then the official TypeScript SDK client (bench/transport_client.mjs, what
+the JSONL log line). Then the official TypeScript SDK client (bench/speed/transport_client.mjs, what
 Node-based assistants embed; installed by `make test` with the MCP Inspector, skipped with a
 note when missing) makes the same calls through ``Client.callTool`` to servers of its own, over
 both transports, in as many alternating blocks. ``--baseline REV`` also starts the two
@@ -54,7 +54,7 @@ TARGET_MS = {"stdio": 2.0, "http": 5.0}
 #: the official TypeScript SDK (what Node-based assistants embed), installed by `make test`
 #: with the MCP Inspector (tests/test_inspector.py)
 TS_SDK = ROOT / ".cache" / "inspector" / "node_modules" / "@modelcontextprotocol" / "sdk"
-TS_CLIENT = ROOT / "bench" / "transport_client.mjs"
+TS_CLIENT = ROOT / "bench" / "speed" / "transport_client.mjs"
 
 
 #: floors: the same client stacks against a process that only echoes (no MCP, no tools)
@@ -195,7 +195,8 @@ def ts_version() -> str:
 
 async def run_ts_client(sessions: dict[str, dict[str, Any]], calls: int, rounds: int
                         ) -> dict[str, list[float]]:
-    """bench/transport_client.mjs over ``sessions`` (see there): ms per ``"<name> <tool>"``."""
+    """bench/speed/transport_client.mjs over ``sessions`` (see there): ms per
+    ``"<name> <tool>"``."""
     spec = {"sessions": sessions, "n": max(1, calls // rounds), "rounds": rounds}
     done = await anyio.run_process(["node", str(TS_CLIENT), str(TS_SDK), json.dumps(spec)],
                                    check=False)
@@ -384,7 +385,7 @@ def report(times: dict[str, dict[str, list[float]]], calls: int, rounds: int,
         "absolute times on a loaded shared machine are inflated; compare the rows."
         + ts_table(times.get("ts", {}), rounds)
         + (baseline_table(times, baseline) if baseline else "")
-        + "\n\nReproduce: `.venv/bin/python -m bench.transport --calls "
+        + "\n\nReproduce: `.venv/bin/python -m bench.speed.transport --calls "
         f"{calls} --rounds {rounds}{f' --baseline {baseline}' if baseline else ''}`\n")
 
 

@@ -1,8 +1,8 @@
 """How much test code should lose: `query.test_penalty` swept on the kit's sets that hold test
 code, then the held-out sets checked at 0 and at the default.
 
-Run after `python -m bench.quality_sets` (the kit's indexes) and, for the held-out rows,
-`python -m bench.heldout_languages` (their sets and indexes); a held-out set missing here is
+Run after `python -m bench.quality.sets` (the kit's indexes) and, for the held-out rows,
+`python -m bench.quality.heldout` (their sets and indexes); a held-out set missing here is
 listed as such. CoSQA and docs hold no test code, so the penalty cannot move them and they are
 left out. Writes the "test-penalty" section of docs/BENCHMARKS.md.
 """
@@ -15,9 +15,9 @@ import time
 import orjson
 
 from bench._report import md_table, write_section
-from bench.heldout_languages import BACKEND, HERE, SOURCES
-from bench.quality_runs import score_run, service_run
-from bench.quality_sets import EvalSet, load_set
+from bench.quality.heldout import BACKEND, HERE, SOURCES
+from bench.quality.runs import score_run, service_run
+from bench.quality.sets import EvalSet, add_kit_arg, load_set, use_kit
 from rag_mcp.config import load_settings
 
 KIT_SETS = ("docstring", "swebench_lite")
@@ -32,7 +32,9 @@ def metrics(ev: EvalSet, penalty: float, **extra: object) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--no-write", action="store_true", help="print only")
+    add_kit_arg(ap)
     a = ap.parse_args(argv)
+    use_kit(a.kit)
     t0 = time.perf_counter()
     default = load_settings({}, environ={}).test_penalty
     rows: list[list[object]] = []
@@ -58,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         print(held[-1], flush=True)
     body = (
         "## Test code second: `query.test_penalty`\n\n"
-        "`python -m bench.test_penalty` (after `bench.quality_sets` and "
-        "`bench.heldout_languages`)\n\n"
+        "`python -m bench.quality.test_penalty` (after `bench.quality.sets` and "
+        "`bench.quality.heldout`)\n\n"
         "The hybrid (int8) through rag-eval's path, k = 10, tau = 0, with code spans of test "
         "files, test folders and test modules losing the penalty from their raw fused score "
         "(docs/RETRIEVAL.md, \"Test code second\"). The kit's sets that hold test code (the "

@@ -5,9 +5,9 @@ Every study is made of real runs through rag-eval's path: rag_query joins adjace
 file within the k it is asked for, and a hit under tau never joins, so neither K nor tau is a
 cut of the k = 10 ranking.
 
-    .venv/bin/python -m bench.quality_ablations [--backend onnx-int8] [--reuse]
+    .venv/bin/python -m bench.quality.ablations [--backend onnx-int8] [--reuse]
 
-Run bench.quality first (it saves the hybrid runs this reads).
+Run bench.quality.retrieval first (it saves the hybrid runs this reads).
 """
 
 from __future__ import annotations
@@ -16,10 +16,20 @@ import argparse
 import statistics
 from typing import Any
 
-from bench import quality_plots as plots
 from bench._report import md_table, write_section
-from bench.quality_runs import Run, score_run, service_run
-from bench.quality_sets import DEFAULT_READ, SETS, SHORT, WORK, EvalSet, index_all, load_set
+from bench.quality import plots
+from bench.quality.runs import Run, score_run, service_run
+from bench.quality.sets import (
+    DEFAULT_READ,
+    SETS,
+    SHORT,
+    WORK,
+    EvalSet,
+    add_kit_arg,
+    index_all,
+    load_set,
+    use_kit,
+)
 from rag_mcp.search.fusion import calibration_for
 
 KS = (3, 5, 8, 10)
@@ -101,8 +111,8 @@ def study_join(evs: list[EvalSet], backend: str, hybrid: dict[str, Run], reuse: 
 def study_max_tokens(evs: list[EvalSet], backend: str, hybrid: dict[str, Run],
                      reuse: bool) -> str:
     """The default reading (embed.max_tokens of configs/default.toml) against the whole window
-    and against SHORTER tokens, next to the fp32 reference (whole; bench.quality's compare run)
-    where that set has one."""
+    and against SHORTER tokens, next to the fp32 reference (whole; the compare run of
+    bench.quality.retrieval) where that set has one."""
     tag, default = SHORT[backend], DEFAULT_READ
     rows: list[list[object]] = []
     for ev in evs:
@@ -194,7 +204,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache-set", default="docs")
     ap.add_argument("--reuse", action="store_true")
     ap.add_argument("--no-write", action="store_true")
+    add_kit_arg(ap)
     a = ap.parse_args(argv)
+    use_kit(a.kit)
     plots.ENABLED = not a.no_write
     tag = SHORT[a.backend]
     evs = [load_set(s) for s in a.sets.split(",")]
@@ -202,12 +214,14 @@ def main(argv: list[str] | None = None) -> None:
     for ev in evs:
         run = Run.load(ev.name, f"hybrid ({tag})")
         if run is None:
-            raise SystemExit(f"no saved hybrid run for {ev.name}: run bench.quality first")
+            raise SystemExit(f"no saved hybrid run for {ev.name}: "
+                             "run bench.quality.retrieval first")
         hybrid[ev.name] = run
     tau = calibration_for("all-MiniLM-L6-v2").tau
     body = f"""## Ablations of the default pipeline ({a.backend})
 
-`python -m bench.quality_ablations --backend {a.backend}` (after `python -m bench.quality`)
+`python -m bench.quality.ablations --backend {a.backend}`
+(after `python -m bench.quality.retrieval`)
 
 ### K (spans returned)
 

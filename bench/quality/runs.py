@@ -2,7 +2,7 @@
 
 Our systems go through ``rag_mcp.eval.run.run_eval`` (what ``rag-eval`` runs: QueryService with
 k = 10, tau = 0, budgets lifted), one index per corpus. Baselines come from
-bench/quality_windows.py. Every run is saved in the kit's run-file format under
+bench/quality/windows.py. Every run is saved in the kit's run-file format under
 ``bench/.work/runs/`` (so ``score.py`` can check it) with each hit's calibrated score and each
 query's latency.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from bench._report import WORK
-from bench.quality_sets import EvalSet, settings_for
+from bench.quality.sets import EvalSet, settings_for
 from rag_mcp.deps import build_deps
 from rag_mcp.eval.metrics import FileLines, LineSpan, cost, mean, score_query
 from rag_mcp.eval.run import eval_settings, run_eval

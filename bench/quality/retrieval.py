@@ -1,4 +1,4 @@
-"""The quality bench: every evaluation set of ../shared/eval, every system, side by side.
+"""The quality bench: every set of the evaluation kit, every system, side by side.
 
 Systems: the kit's BM25 over fixed 40-line windows (the keyword baseline) and over whole files;
 dense only over fixed 1,000-character windows with 200 overlap (the design documents' "current
@@ -6,12 +6,14 @@ indexer"); and, over our AST/wiki spans through rag-eval's path (QueryService, k
 budgets lifted): dense only, lexical only, hybrid (the default), hybrid with the other
 embedding backend, and hybrid plus rerank on a sample. Then the targets of issue 4, checked on
 the numbers of this run. Ablations (K, tau, candidate pool, cache, fusion) are in
-bench/quality_ablations.py.
+bench/quality/ablations.py.
 
-    .venv/bin/python -m bench.quality [--backend onnx-int8] [--compare onnx] \\
+    .venv/bin/python -m bench.quality.retrieval [--backend onnx-int8] [--compare onnx] \\
         [--rerank-sample 40] [--reuse]
 
-Index the sets first (bench/quality_sets.py, slow). ``--reuse`` rescored saved runs.
+Index the sets first (bench/quality/sets.py, slow) and embed the dense-w1000 baseline's windows
+(bench/quality/windows.py, slow); ``--kit DIR`` or ``RAG_EVAL_KIT`` names the evaluation kit
+(bench/README.md). ``--reuse`` rescores saved runs.
 """
 
 from __future__ import annotations
@@ -20,11 +22,21 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from bench import quality_plots as plots
 from bench._report import md_table, write_section
-from bench.quality_runs import Run, score_run, service_run
-from bench.quality_sets import DEFAULT_READ, INDEX, SETS, SHORT, EvalSet, collection, load_set
-from bench.quality_windows import DenseWindows, bm25_windows_run
+from bench.quality import plots
+from bench.quality.runs import Run, score_run, service_run
+from bench.quality.sets import (
+    DEFAULT_READ,
+    INDEX,
+    SETS,
+    SHORT,
+    EvalSet,
+    add_kit_arg,
+    collection,
+    load_set,
+    use_kit,
+)
+from bench.quality.windows import DenseWindows, bm25_windows_run
 
 MODEL = "all-MiniLM-L6-v2"
 RERANKER = "all-MiniLM-L6-v2"  # the bundled weights with an untrained head: plumbing only
@@ -158,7 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rerank-sample", type=int, default=40, help="0: no rerank rows")
     ap.add_argument("--reuse", action="store_true", help="rescore saved runs")
     ap.add_argument("--no-write", action="store_true")
+    add_kit_arg(ap)
     a = ap.parse_args(argv)
+    use_kit(a.kit)
     plots.ENABLED = not a.no_write
     tag = SHORT[a.backend]
     table, checks, libs, rerank, backends = [], [], "", [], []
@@ -217,11 +231,13 @@ def main(argv: list[str] | None = None) -> None:
     plots.tradeoff(plots.IMG / "quality-tokens.png", cost_points, "tokens in the top 5 (log)",
                    "hit@5", "Quality against tokens returned", logx=True)
     header = ["set", "system", *COLS, "tok@5 / file_tok@5", "P50 / P95 ms"]
-    cmd = (f"python -m bench.quality --backend {a.backend} --compare {a.compare} "
+    cmd = (f"python -m bench.quality.retrieval --backend {a.backend} --compare {a.compare} "
            f"--rerank-sample {a.rerank_sample}")
     body = f"""## Retrieval quality: every set, every system
 
-`{cmd}` (after `python -m bench.quality_sets` has indexed the sets)
+`{cmd}` (after `python -m bench.quality.sets` has indexed the sets and
+`python -m bench.quality.windows` embedded the dense-w1000 windows; the kit is `--kit DIR` or
+`RAG_EVAL_KIT`, bench/README.md)
 
 Sets and scorer: ../shared/eval (the kit's relevance rule: same file, at least half of the gold
 lines covered). `bm25-*` are the kit's own baselines, measured in this run; `dense-w1000` embeds
@@ -248,8 +264,8 @@ the neighbouring words; joining adjacent hits (rag_mcp/search/join.py) recovers 
 files keep more. On the docstring set, hit@10 is lowest on lodash (two-thirds of the set),
 whose many near-identical small wrappers a description cannot tell apart; requests and click
 ship their tests, which rank below the code they test (`query.test_penalty`, docs/RETRIEVAL.md).
-The defaults were not tuned per set (bench/calibrate.py chooses one setting for all four sets;
-the join limits were set before measuring, docs/RETRIEVAL.md).
+The defaults were not tuned per set (bench/quality/calibrate.py chooses one setting for all four
+sets; the join limits were set before measuring, docs/RETRIEVAL.md).
 """
     if backends:
         read = f"{DEFAULT_READ} tokens" if DEFAULT_READ else "the whole window"

@@ -1,9 +1,9 @@
 // Round trips from the official TypeScript MCP SDK client (what Node-based assistants embed),
-// for bench/transport.py and bench/latency.py: one session per entry of SPEC.sessions (a stdio
+// for bench/speed/transport.py and bench/speed/latency.py: one session per entry of SPEC.sessions (a stdio
 // server spawned by the SDK's transport, or a running streamable HTTP server), each making its
 // calls in blocks that alternate between the sessions.
 //
-//   node bench/transport_client.mjs SDK_DIR SPEC_JSON
+//   node bench/speed/transport_client.mjs SDK_DIR SPEC_JSON
 //
 // SPEC_JSON: {"sessions": {NAME: {"stdio": {"command", "args", "env"}} or {"http": URL},
 //             with "calls": [[tool, args], ...]}, "n": calls per block, "rounds": blocks}

@@ -2,7 +2,7 @@
 
 The kit's code sets are Python (requests, click, CoSQA, SWE-bench) and lodash's JavaScript; issue
 4's targets are also checked on held-out sets of other libraries and languages. This bench builds
-such sets the way `rag-eval --docstrings` does (``indexers.eval_cli.write_documented_copy``: the
+such sets the way `rag-eval --docstrings` does (``indexers.eval_set.write_documented_copy``: the
 first sentence of the comment right above a function is the question, the function is the gold,
 and every such comment is hidden from the corpus), from real packages no one here wrote: npm
 tarballs and Debian's source-carrying -dev packages (Go, Rust, Ruby, PHP). On each set it runs the
@@ -10,7 +10,7 @@ kit's BM25 baselines (40-line windows, whole files) and our retrieval (dense, le
 through rag-eval's path, the default int8 model), scored by the kit's rule. Prints markdown and
 rewrites the "heldout" section of docs/BENCHMARKS.md.
 
-    .venv/bin/python -m bench.heldout_languages [--limit 200] [--no-write]
+    .venv/bin/python -m bench.quality.heldout [--limit 200] [--no-write]
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from pathlib import Path
 import orjson
 
 from bench._report import WORK, md_table, write_section
-from bench.quality_runs import Run, score_run, service_run
-from bench.quality_sets import SHARED, EvalSet, settings_for
-from bench.quality_windows import bm25_windows_run
+from bench.quality.runs import Run, score_run, service_run
+from bench.quality.sets import EvalSet, add_kit_arg, ensure_kit, settings_for, use_kit
+from bench.quality.windows import bm25_windows_run
 
 HERE = WORK / "heldout"
 BACKEND = "onnx-int8"
@@ -98,13 +98,13 @@ def build_set(src: Source, tree: Path, limit: int) -> EvalSet:
     """Questions and a corpus with the documentation hidden, as `rag-eval --docstrings` makes
     them, or, for a docs tree, the kit's own docs recipe (a section's heading is the question
     and is blanked in the corpus); kept in the kit's set layout (corpus/ + queries.jsonl)."""
-    from indexers.eval_cli import write_documented_copy
+    from indexers.eval_set import write_documented_copy
     from rag_mcp.config import load_settings
 
     d = HERE / "sets" / src.slug
     shutil.rmtree(d, ignore_errors=True)
     if src.questions == "headings":
-        subprocess.run([sys.executable, str(SHARED / "make_docs_set.py"), "--src", str(tree),
+        subprocess.run([sys.executable, str(ensure_kit() / "make_docs_set.py"), "--src", str(tree),
                         "--out", str(d), "--per-page", "3", "--no-query", "", "--drop", "",
                         "--name", src.slug, "--source", src.spec, "--id-prefix", src.slug],
                        check=True, capture_output=True)
@@ -117,7 +117,7 @@ def build_set(src: Source, tree: Path, limit: int) -> EvalSet:
     return EvalSet(src.slug, d, queries)
 
 
-REFERENCE = "onnx"  # fp32, spans read whole (bench.quality_sets.settings_for): issue 6's reference
+REFERENCE = "onnx"  # fp32, spans read whole (bench.quality.sets.settings_for): issue 6's reference
 
 
 def measure(src: Source, limit: int, fp32: bool) -> tuple[list[object], list[object] | None]:
@@ -172,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument("--no-fp32", action="store_true",
                     help="skip the fp32 reference (its indexes embed every span again)")
+    add_kit_arg(ap)
     args = ap.parse_args(argv)
+    use_kit(args.kit)
     chosen = [s for s in SOURCES if not args.only or s.slug in args.only.split(",")]
     measured = [measure(s, args.limit, not args.no_fp32) for s in chosen]
     rows = [r for r, _ in measured]
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_write or args.only or args.no_fp32:
         return 0
     write_section("heldout", "## Held-out sets: other languages, another docs tree\n\n"
-                  "`python -m bench.heldout_languages`\n\n"
+                  "`python -m bench.quality.heldout`\n\n"
                   "Libraries the evaluation kit does not have, in languages it does not cover "
                   "(its code sets are Python and lodash's JavaScript), and another project's "
                   "Markdown documentation, from npm and from Debian's source-carrying -dev "

@@ -1,16 +1,16 @@
 """Freshness: time from saving a file to ``rag_query`` returning the change, over real processes.
 
-A copy of a real ~30k-line tree (a slice of Django's sdist, see bench/large_repo.py) is indexed
-once with the bundled model; then ``rag-mcp serve --watch`` runs over stdio with a real MCP client
-session (``--mode separate``: ``rag-index --watch`` and a plain ``rag-mcp``). Each edit replaces
-a probe function in one of a few source files with a new one carrying a never-seen identifier,
-saved like an editor does (write a temporary file, rename it over the original); the client then
-asks ``rag_query`` for that identifier until a hit shows it. The clock starts just before the
-save. The index side (save -> the new generation published, read from CURRENT) and the reader side
-(published -> answered) are reported apart. Prints markdown and rewrites the "freshness" section
-of docs/BENCHMARKS.md.
+A copy of a real ~30k-line tree (a slice of Django's sdist, see bench/speed/large_repo.py) is
+indexed once with the bundled model; then ``rag-mcp serve --watch`` runs over stdio with a real MCP
+client session (``--mode separate``: ``rag-index --watch`` and a plain ``rag-mcp``). Each edit
+replaces a probe function in one of a few source files with a new one carrying a never-seen
+identifier, saved like an editor does (write a temporary file, rename it over the original); the
+client then asks ``rag_query`` for that identifier until a hit shows it. The clock starts just
+before the save. The index side (save -> the new generation published, read from CURRENT) and the
+reader side (published -> answered) are reported apart. Prints markdown and rewrites the "freshness"
+section of docs/BENCHMARKS.md.
 
-    .venv/bin/python -m bench.freshness [--edits 50] [--mode server|separate|both] [--render]
+    .venv/bin/python -m bench.speed.freshness [--edits 50] [--mode server|separate|both] [--render]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ RESULTS = BASE / "results.json"
 
 
 def prepare_repo(fresh: bool) -> Path:
-    from bench.large_repo import TREE, prepare
+    from bench.speed.large_repo import TREE, prepare
 
     prepare()
     repo = BASE / "repo"
@@ -102,7 +102,7 @@ async def session(repo: Path, watch_in_server: bool) -> AsyncIterator[Any]:
 
 
 async def measure(repo: Path, edits: int, watch_in_server: bool, seed: int) -> dict[str, Any]:
-    from bench.large_repo import _server_pid, _vm_hwm
+    from bench.speed.large_repo import _server_pid, _vm_hwm
 
     rng = random.Random(seed)
     load_before = os.getloadavg()[1]  # the machine is shared: say how busy it was
@@ -183,9 +183,9 @@ async def wait_for(s: Any, ident: str, rel: str, t0: float) -> float:
 
 
 def seed_cache() -> bool:
-    """Reuse the vectors bench/large_repo.py computed for the same files (same paths, same text,
-    same keys): the catch-up index then costs minutes less and measures nothing different."""
-    from bench.large_repo import BASE as LARGE
+    """Reuse the vectors bench/speed/large_repo.py computed for the same files (same paths, same
+    text, same keys): the catch-up index then costs minutes less and measures nothing different."""
+    from bench.speed.large_repo import BASE as LARGE
 
     src, dst = LARGE / "idx-small-onnx" / "embcache.sqlite", BASE / "index" / "embcache.sqlite"
     if dst.exists() or not src.exists():
@@ -227,7 +227,8 @@ def render(saved: dict[str, Any], cmd: str) -> str:
                      r["reader_p50"], cpu_cell, mem,
                      f"{r['load_before']:.1f} / {r['load']:.1f}", r.get("measured_at", "?"),
                      verdict])
-    seed_note = ", its embedding cache seeded by bench/large_repo.py" if meta["seeded"] else ""
+    seed_note = (", its embedding cache seeded by bench/speed/large_repo.py" if meta["seeded"]
+                 else "")
     return "\n".join([
         "## Freshness: save to query", "", f"`{cmd}`", "",
         f"A copy of {', '.join(f'`{p}`' for p in SOURCE_PARTS)} from Django's sdist "
@@ -257,7 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--render", action="store_true",
                     help="measure nothing: print (and write) the section from results.json")
     args = ap.parse_args(argv)
-    cmd = "python -m bench.freshness" + (f" --mode {args.mode}" if args.mode != "both" else "")
+    cmd = "python -m bench.speed.freshness" + (f" --mode {args.mode}"
+                                              if args.mode != "both" else "")
     saved = orjson.loads(RESULTS.read_bytes()) if RESULTS.is_file() else {}
     if not args.render:
         BASE.mkdir(parents=True, exist_ok=True)
