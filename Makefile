@@ -6,7 +6,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
 QUERY  ?= how is a span ID built from path, lines and digest?
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
