@@ -19,6 +19,7 @@ Index the sets first (bench/quality/sets.py, slow) and embed the dense-w1000 bas
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -185,6 +186,10 @@ def main(argv: list[str] | None = None) -> None:
         names = [n for n, _ in sysdefs]
         names_all += [n for n in names if n not in names_all]
         runs = {n: get_run(ev, n, make, a.reuse) for n, make in sysdefs}
+        if not runs[f"dense-w1000 ({tag})"].results:  # it only reads windows already embedded
+            sys.exit(f"dense-w1000 has no embedded windows of {set_name}: run python -m "
+                     f"bench.quality.windows --sets {set_name} --backend {a.backend} first "
+                     "(the other runs are saved: add --reuse)")
         full = {n for n in names if len(runs[n].results) == len(ev.queries)}
         scored = {n: score_run(ev, runs[n]) for n in full}
         for n in names:
