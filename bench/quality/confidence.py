@@ -19,7 +19,7 @@ top hit's cosine and lexical share are printed for each, so that what carries th
 
     .venv/bin/python -m bench.quality.confidence [--sets docs,cosqa,...] [--no-write]
 
-Indexes come from bench/quality_sets.py (int8, bench/.work/index); a missing one is built.
+Indexes come from bench/quality/sets.py (int8, bench/.work/index); a missing one is built.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 import orjson
 
 from bench._report import WORK, md_table, write_section
-from bench.quality_sets import EvalSet, load_set, settings_for
+from bench.quality.sets import EvalSet, add_kit_arg, load_set, settings_for, use_kit
 from indexers.pipeline import run_index
 from rag_mcp.deps import Deps, build_deps
 from rag_mcp.eval.metrics import LineSpan, score_query
@@ -272,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument("--saved", action="store_true",
                     help="report the questions saved by the last run instead of asking again")
+    add_kit_arg(ap)
     args = ap.parse_args(argv)
+    use_kit(args.kit)
     sets = args.sets.split(",")
     on, off = saved(sets) if args.saved else measure(sets)
     text, met = report(on, off)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench._report import WORK, md_table, write_section
-from bench.quality_sets import ensure_kit
+from bench.quality.sets import add_kit_arg, ensure_kit, use_kit
 from indexers.chunking import chunk_file, classify
 from indexers.languages import CODE_LANGUAGES, parser_for
 
@@ -532,7 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--misses", type=int, default=0, help="print this many misses per language")
     ap.add_argument("--only", help="comma-separated languages: a partial run, printed only")
     ap.add_argument("--no-write", action="store_true", help="print only")
+    add_kit_arg(ap)
     args = ap.parse_args(argv)
+    use_kit(args.kit)
     only = set(args.only.split(",")) if args.only else None
     tally = run(only)
     text, met = report(tally, args.misses)
