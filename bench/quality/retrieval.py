@@ -4,7 +4,7 @@ Systems: the kit's BM25 over fixed 40-line windows (the keyword baseline) and ov
 dense only over fixed 1,000-character windows with 200 overlap (the design documents' "current
 indexer"); and, over our AST/wiki spans through rag-eval's path (QueryService, k = 10, tau = 0,
 budgets lifted): dense only, lexical only, hybrid (the default), hybrid with the other
-embedding backend, and hybrid plus rerank on a sample. Then the targets of issue 4, checked on
+embedding backend, and hybrid plus rerank on a sample. Then the quality targets, checked on
 the numbers of this run. Ablations (K, tau, candidate pool, cache, fusion) are in
 bench/quality/ablations.py.
 
@@ -103,7 +103,7 @@ def row(label: str, m: dict[str, float]) -> list[Any]:
 
 def targets(name: str, m: dict[str, dict[str, float]], tag: str,
             sub: dict[str, dict[str, float]] | None = None, sub_n: int = 0) -> list[list[Any]]:
-    """Issue 4's targets for the default pipeline, on this run's own baselines (``sub``: the
+    """The quality targets for the default pipeline, on this run's own baselines (``sub``: the
     scores on the subset the dense-window baseline covers, when it covers only part)."""
     hy, bm = m[f"hybrid ({tag})"], m["bm25-w40"]
     on = sub or m
@@ -258,7 +258,7 @@ scored on that subset, and the plot's bar for that baseline is its subset score.
 ![MRR@10](img/quality-mrr.png)
 ![tokens](img/quality-tokens.png)
 
-### Targets (issue 4), default pipeline `hybrid ({tag})`
+### Quality targets, default pipeline `hybrid ({tag})`
 
 {md_table(["set", "target", "measured", ""], checks)}
 
@@ -277,7 +277,7 @@ sets; the join limits were set before measuring, docs/RETRIEVAL.md).
         body += f"""
 ### Embedding backends: hybrid MRR@10, fp32 (`onnx`) against int8 (`onnx-int8`)
 
-Issue 6 asks for the faster model within 0.01 MRR@10 of the fp32 model, that is, losing at
+The speed target asks for the faster model within 0.01 MRR@10 of the fp32 model, that is, losing at
 most 0.01 (scoring higher is no loss). The int8 rows are the default: int8 weights reading
 {read} of each span; the fp32 rows are the model as sentence-transformers runs it, each
 span read up to its whole window. Same spans, same queries, same calibration row; only the

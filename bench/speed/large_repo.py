@@ -363,7 +363,7 @@ def _load(step: dict[str, Any]) -> str:
 
 def targets(res: dict[str, Any], backends: list[str]) -> list[str]:
     """The issue's targets against what was measured, one line per backend."""
-    out = ["Targets (issue 6): no-op re-index <= 5 s; query P50 at 300k within 1.5x of 30k; "
+    out = ["Targets: no-op re-index <= 5 s; query P50 at 300k within 1.5x of 30k; "
            "server RSS <= 600 MB; indexer RSS <= 1.5 GB; both cores busy while indexing.", ""]
     for b in backends:
         cold, noop = res.get(f"cold:large:{b}"), res.get(f"noop:large:{b}")

@@ -374,7 +374,7 @@ def report(times: dict[str, dict[str, list[float]]], calls: int, rounds: int,
         "floors are the same client stacks (an anyio pipe; httpx against uvicorn + Starlette) "
         "talking to a process that only echoes the request, measured in the same rounds: what "
         "any round trip costs on this machine at this moment. Reference: the published "
-        "measurement quoted in issue 5 (a Raspberry Pi, rag_health).\n\n"
+        "a published measurement of another MCP server (a Raspberry Pi, rag_health).\n\n"
         + md_table(["tool", "transport", "calls", "P50 ms", "P95 ms", "server P50 ms",
                     "target P50 ms", "reference P50 ms"], rows)
         + f"\n\nHTTP/stdio P50 ratio: rag_health {ratio['rag_health']:.2f}x, cached rag_query "

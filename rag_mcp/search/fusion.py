@@ -90,7 +90,7 @@ class Calibration:
 # Fitted by `bench/quality/calibrate.py` on the four sets of ../shared/eval with the onnx-int8
 # backend (docs/RETRIEVAL.md shows the fit, the plots and the leave-one-set-out check). alpha (code
 # spans), alpha_prose (doc/text spans) and terms: the best MRR@10 averaged over the sets among
-# the settings that beat both single legs on every set (issue 3's requirement, used as a
+# the settings that beat both single legs on every set (the fused default's requirement, used as a
 # constraint; here the best mean meets it anyway). The docs set is the kit's only prose set, so
 # alpha_prose rests on it alone; the code sets choose alpha and terms (each code set held out
 # gets the same 0.8 / 8, or 0.85 / 8 without docstring; the ten best settings are within 0.001
