@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from indexers import code, docs, languages, windows
@@ -10,7 +10,7 @@ from rag_mcp.index.spans import Chunk, split_lines
 
 # Bumped when the mapping from file to chunks changes in this module; the code and docs
 # chunkers carry their own versions.
-DISPATCH_VERSION = "2"
+DISPATCH_VERSION = "3"
 CHUNKER_VERSION = (
     f"{code.CHUNKER_VERSION}+docs-{docs.DOCS_CHUNKER_VERSION}+dispatch-{DISPATCH_VERSION}"
 )
@@ -51,8 +51,9 @@ class FileChunks:
     fallback: str
 
 
-def classify(rel: str, head: str) -> tuple[str, str]:
-    """``(language, kind)`` of a file from its path and first characters."""
+def classify(rel: str, head: str, *, wiki_page: bool = False) -> tuple[str, str]:
+    """``(language, kind)`` of a file from its path and first characters; ``wiki_page``: the
+    file is in a DokuWiki page tree."""
     lang = languages.code_language_for_path(rel)
     if lang:
         return lang, "code"
@@ -61,7 +62,7 @@ def classify(rel: str, head: str) -> tuple[str, str]:
         lang = languages.code_language_for_shebang(head.split("\n", 1)[0])
         if lang:
             return lang, "code"
-    fmt = docs.detect_doc_format(rel, head)
+    fmt = docs.detect_doc_format(rel, head, wiki_page=wiki_page)
     if fmt:
         return fmt, ("text" if fmt == "text" else "doc")
     p = PurePosixPath(rel)
@@ -71,11 +72,33 @@ def classify(rel: str, head: str) -> tuple[str, str]:
     return "text", "text"
 
 
+def chunk_pages(lines: list[str], page_starts: tuple[int, ...], budget_chars: int
+                ) -> list[Chunk]:
+    """A document's text cut page by page (a span never spans two pages), each page's
+    paragraphs packed up to the budget; every chunk carries its ``page``."""
+    out: list[Chunk] = []
+    ends = [*page_starts[1:], len(lines) + 1]
+    for page, (start, end) in enumerate(zip(page_starts, ends, strict=True), 1):
+        if start >= end:
+            continue
+        for ch in docs.chunk_doc("\n".join(lines[start - 1:end - 1]), "text",
+                                 budget_chars=budget_chars):
+            out.append(replace(ch, start_line=ch.start_line + start - 1,
+                               end_line=ch.end_line + start - 1, kind="doc",
+                               meta=(*ch.meta, ("page", str(page)))))
+    return out
+
+
 def chunk_file(rel: str, text: str, *, budget_chars: int, window_lines: int,
-               window_overlap: int) -> FileChunks:
-    """Cut one file into chunks; never fails on odd input (falls back to line windows)."""
+               window_overlap: int, page_id: str = "",
+               pages: tuple[int, ...] | None = None) -> FileChunks:
+    """Cut one file into chunks; never fails on odd input (falls back to line windows).
+    ``page_id``: the file is the DokuWiki page with this ID (``indexers.wiki``); ``pages``:
+    the text was extracted from a document (a PDF), these are its pages' first lines."""
     lines = split_lines(text)
-    language, kind = classify(rel, text[:4096])
+    if pages is not None:
+        return FileChunks("pdf", "doc", chunk_pages(lines, pages, budget_chars), lines, "")
+    language, kind = classify(rel, text[:4096], wiki_page=bool(page_id))
     fallback = ""
     chunks: list[Chunk] | None = None
     if kind == "code" and language in CODE_NAMES:
@@ -86,7 +109,8 @@ def chunk_file(rel: str, text: str, *, budget_chars: int, window_lines: int,
         except RecursionError:
             fallback = "too_deep"
     elif kind in ("doc", "text") and language in ("markdown", "dokuwiki", "rst", "text"):
-        chunks = docs.chunk_doc(text, language, budget_chars=budget_chars, path=rel)
+        chunks = docs.chunk_doc(text, language, budget_chars=budget_chars, path=rel,
+                                page_id=page_id)
     else:
         fallback = "unsupported_language"
     if chunks is None:

@@ -3,6 +3,8 @@
 Path rules, first match names the reason counted in ``WalkResult.skipped`` (a pruned directory
 counts once; nothing under it is listed):
 
+- a DokuWiki data folder (``indexers.wiki``) keeps only ``pages/`` and ``media/``: its state
+  folders (attic, cache, index, meta, locks, ...) and files are ``wiki_state``;
 - directories by name: ``vcs`` (.git ...), ``vendored`` (node_modules, bower_components, vendor,
   .venv, venv), ``build_output`` (build, dist, target, out, caches, ``*.egg-info``; bin/obj only
   next to a .NET project file), ``index_dir``; then by content marker once listed: a
@@ -15,7 +17,8 @@ counts once; nothing under it is listed):
   folder indexes it. The user's global core.excludesFile is not read, so the index does not
   depend on who builds it. A nested repository is walked as a plain folder.
 - files: ``secret`` (see ``secret_file_reason``), ``lock_file``, ``minified``, ``generated`` and
-  ``binary_ext`` by name, ``bad_name`` (not UTF-8);
+  ``binary_ext`` by name, ``bad_name`` (not UTF-8); documents (PDF, office formats) pass, to be
+  read or named by the pipeline (``rag_mcp.index.documents``);
 - after an lstat: ``symlink`` / ``symlink_outside`` (never followed), ``special`` (fifo, socket,
   device), ``empty``, ``too_large``, ``unreadable``.
 Content rules run later on the bytes the pipeline reads: ``check_content``.
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexers.ignore_rules import Stack, encode, first_match, parse_ignore, read_ignore_file
+from indexers.wiki import WikiTrees
 from rag_mcp.config import find_git_root
 from rag_mcp.errors import InvalidArgument
 
@@ -68,7 +72,6 @@ _BINARY_EXTS = frozenset("." + e for e in """
     ttf otf woff woff2 eot
     o obj a lib so dylib dll exe bin pyc pyo pyd class dex wasm elc beam ko node
     mp3 mp4 m4a m4v wav flac ogg oga opus aac mid midi avi mov mkv webm wmv flv
-    pdf doc docx xls xlsx ppt pptx odt ods odp epub
     sqlite sqlite3 db db3 mdb parquet feather arrow avro orc npy npz pkl pickle h5 hdf5
     onnx pt pth ckpt safetensors tflite gguf swp swo
 """.split())
@@ -77,6 +80,7 @@ _BINARY_NAMES = frozenset({".ds_store", ".coverage"})
 _SECRET_NAMES = frozenset("""
     .netrc _netrc .pgpass .pypirc .git-credentials .envrc .s3cfg .vault-token htpasswd .htpasswd
     credentials.json application_default_credentials.json secrets.yml secrets.yaml secrets.json
+    users.auth.php
 """.split())
 _SECRET_IN_DIR = frozenset({(".aws", "credentials"), (".docker", "config.json"),
                             (".kube", "config")})
@@ -224,6 +228,7 @@ class IgnoreMatcher:
         self._top = top
         self._prefix = "" if top == self.root else self.root.relative_to(top).as_posix() + "/"
         self._extra = parse_ignore("\n".join(extra_ignore), self._prefix, "ragignore")
+        self.wiki = WikiTrees(self.root)
         self.reset()
 
     def reset(self) -> None:
@@ -267,6 +272,9 @@ class IgnoreMatcher:
                 return "bad_name"
         if name == ".git":  # a folder, or a file pointing elsewhere (worktree, submodule)
             return "vcs"
+        wiki = self.wiki.state_reason(rel.rpartition("/")[0], name)
+        if wiki:
+            return wiki
         if is_dir:
             reason = _DIR_REASONS.get(name)
             if reason or (dotnet and name in _DOTNET_OUTPUT) or name.endswith(".egg-info"):
@@ -380,6 +388,7 @@ def walk(root: Path, *, max_file_bytes: int = 1_000_000, extra_ignore: Sequence[
             skip(d, marker)
             continue
         stack = m._stack(d, names)
+        m.wiki.data_dir(d, names)
         dotnet = any(n.endswith(_DOTNET_PROJECTS) for n in names)
         for e in entries:
             rel = f"{d}/{e.name}" if d else e.name

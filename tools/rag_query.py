@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from rag_mcp.deps import Deps
+from rag_mcp.search.links import describe
 from rag_mcp.search.query import QueryAnswer, QueryParams
 from tools._base import ToolSpec
 
@@ -68,6 +69,9 @@ def render(r: QueryAnswer) -> str:
                      + ("  (stale)" if h.stale else ""))
         if h.preview:
             lines.append(f"   {h.preview}")
+        at = describe(h.page_id, h.anchor, h.page, h.url)
+        if at:
+            lines.append(f"   {at}")
         if h.text is not None:
             lines.append(f"```{h.language}\n{h.text}\n```")
     if r.stale_files:
@@ -97,6 +101,7 @@ def log_fields(params: dict[str, Any], r: QueryAnswer | None) -> dict[str, Any]:
                    redactions=r.redactions)
         if r.unavailable:
             out["unavailable"] = sorted(r.unavailable)
+        out["spans"] = [h.id for h in r.hits]
     return out
 
 

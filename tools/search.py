@@ -35,7 +35,8 @@ class SearchItem:
                                          "repositories 'repo:path:start-end:digest'); pass it "
                                          "to fetch")]
     title: Annotated[str, Field(description="Symbol or heading, then path and lines")]
-    url: Annotated[str, Field(description="file:// URL of the file, with #Lstart-Lend")]
+    url: Annotated[str, Field(description="The page's web URL when the wiki or docs site is "
+                                          "configured, else a file:// URL with #Lstart-Lend")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +67,8 @@ def search(
                    title=span_title(h.path, h.start_line, h.end_line,
                                     redact_label(h.symbol or h.heading)
                                     or h.preview[:120] or None),
-                   url=span_url(deps.repos[h.repo].settings.root, h.path, h.start_line,
-                                h.end_line))
+                   url=h.url or span_url(deps.repos[h.repo].settings.root, h.path,
+                                         h.start_line, h.end_line))
         for h in ans.hits])
 
 

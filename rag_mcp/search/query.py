@@ -20,6 +20,7 @@ from rag_mcp.config import Settings
 from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, Stale
 from rag_mcp.index.spans import Span, digest
 from rag_mcp.search.join import Placed, plan_joins
+from rag_mcp.search.links import where
 from rag_mcp.search.reader import cap_text, join_parts, read_span
 from rag_mcp.search.redact import redact, redact_label
 from rag_mcp.search.repos import Repo, select
@@ -73,6 +74,14 @@ class QueryHit:
     parts: Annotated[tuple[str, ...] | None, Field(
         description="Adjacent spans of one file returned as this one range: their IDs (the "
                     "hit's own ID reads the whole range)")] = None
+    page_id: Annotated[str | None, Field(
+        description="DokuWiki page ID of a wiki page, e.g. 'wiki:syntax'")] = None
+    anchor: Annotated[str | None, Field(
+        description="The section's anchor on its published page, e.g. 'tables'")] = None
+    page: Annotated[int | None, Field(description="PDF page number, 1-based")] = None
+    url: Annotated[str | None, Field(
+        description="Web address of the page and section, when the wiki or docs site URL is "
+                    "configured")] = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -394,13 +403,15 @@ class QueryService:
                 break
             used += size
             redactions += sum(n1.values()) + n2
+            at = where(f.repo.settings, sp)
             out.append(QueryHit(
                 id=sp.id, path=sp.path, start_line=sp.start_line, end_line=sp.end_line,
                 kind=sp.kind, language=sp.language, symbol=redact_label(sp.symbol),
                 parent=redact_label(sp.parent), heading=redact_label(sp.heading),
                 score=round(h.score, 4), preview=preview, text=text,
                 stale=stale, truncated=truncated, repo=f.repo.name,
-                parts=f.joined.parts if f.joined is not None else None))
+                parts=f.joined.parts if f.joined is not None else None,
+                page_id=at.page_id, anchor=at.anchor, page=at.page, url=at.url))
         return out, cut, redactions
 
     def _text(self, root: Path, h: Hit, idx: Any) -> tuple[str, bool]:

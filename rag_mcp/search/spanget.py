@@ -12,6 +12,7 @@ from pydantic import Field
 from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, RagError, Stale
 from rag_mcp.index.catalog import Catalog, SpanRow
 from rag_mcp.index.spans import Span, SpanId, parse_span_id
+from rag_mcp.search.links import where
 from rag_mcp.search.reader import SpanText, cap_text, check_relpath, read_joined, read_span
 from rag_mcp.search.redact import redact, redact_label
 from rag_mcp.search.repos import Repo, select
@@ -41,6 +42,13 @@ class SpanResult:
         description="Cut at the byte budget; a '[truncated]' line marks it")]
     redactions: Annotated[int, Field(description="Secrets replaced by [REDACTED:<kind>]")]
     repo: Annotated[str, Field(description="The repository the span was read from")]
+    page_id: Annotated[str | None, Field(description="DokuWiki page ID of a wiki page")] = None
+    anchor: Annotated[str | None, Field(
+        description="The section's anchor on its published page")] = None
+    page: Annotated[int | None, Field(description="PDF page number, 1-based")] = None
+    url: Annotated[str | None, Field(
+        description="Web address of the page and section, when the wiki or docs site URL is "
+                    "configured")] = None
 
 
 def find_span(repos: Sequence[Repo], span_id: object, repo: str | Sequence[str] | None = None,
@@ -167,10 +175,12 @@ def _result(repo: Repo, span_id: str, sp: Span, result: SpanText, context_lines:
             max_bytes: int | None) -> SpanResult:
     text, counts = redact(result.text)  # redact the whole text, then cap it
     text, truncated = cap_text(text, max_bytes or repo.settings.max_bytes)
+    at = where(repo.settings, sp)
     return SpanResult(
         id=result.id, requested_id=span_id, path=sp.path, start_line=result.start_line,
         end_line=result.end_line, kind=sp.kind, language=sp.language,
         symbol=redact_label(sp.symbol), heading=redact_label(sp.heading), text=text,
         context_lines=context_lines, stale=result.stale or result.id != span_id,
         truncated=truncated, redactions=sum(counts.values()), repo=repo.name,
+        page_id=at.page_id, anchor=at.anchor, page=at.page, url=at.url,
     )

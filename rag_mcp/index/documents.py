@@ -1,0 +1,131 @@
+"""Text of documents that are not text files: PDF, page by page, extracted with pypdf.
+
+The indexer and the span reader both see a PDF as the text ``extract`` gives: its pages'
+text in order, one blank line between pages, so a span is a line range of that text like any
+other, its digest checks it, and ``page_starts`` says on which page a line is. The original
+file is only read. Extraction is deterministic for one pypdf version; after an upgrade that
+extracts differently, a span reads as changed (``E_STALE``) until the next ``rag-index``.
+
+Formats without an extractor here are named, not read: ``UNSUPPORTED``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from rag_mcp.index.spans import split_lines
+
+#: suffixes this module extracts text from
+DOCUMENT_SUFFIXES = (".pdf",)
+#: office and e-book formats rag-index names in its summary instead of reading
+UNSUPPORTED = (".doc", ".docx", ".odt", ".rtf", ".epub", ".ppt", ".pptx", ".odp", ".xls",
+               ".xlsx", ".ods")
+#: skip reasons of documents, which rag-index names file by file
+REASONS = ("encrypted", "damaged_document", "no_text", "unsupported_document")
+
+
+class Unreadable(Exception):
+    """A document whose text cannot be had; ``reason`` is one of ``REASONS``."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Extracted:
+    text: str
+    #: 1-based first line of each page's text (a page without text starts where the next does)
+    page_starts: tuple[int, ...]
+
+    def page_of(self, line: int) -> int:
+        """The 1-based page that line ``line`` of ``text`` is on."""
+        page = 1
+        for i, start in enumerate(self.page_starts, 1):
+            if start <= line:
+                page = i
+            else:
+                break
+        return page
+
+
+def is_document(rel: str) -> bool:
+    return rel.lower().endswith(DOCUMENT_SUFFIXES)
+
+
+def is_unsupported(rel: str) -> bool:
+    return rel.lower().endswith(UNSUPPORTED)
+
+
+def _page_lines(text: str) -> list[str]:
+    lines = [line.rstrip() for line in split_lines(text.replace("\r\n", "\n").replace("\r", "\n"))]
+    while lines and not lines[0]:
+        lines.pop(0)
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def extract_pdf(data: bytes) -> Extracted:
+    """The text of a PDF's pages; raises ``Unreadable`` (encrypted, damaged, no text)."""
+    # pypdf is imported here: the server loads it only when a PDF span is read.
+    from pypdf import PdfReader
+    from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadError
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings about odd files are noise
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            # An owner password alone (printing or copying restricted) still opens with "".
+            try:
+                if not reader.decrypt(""):
+                    raise Unreadable("encrypted", "a password is needed to open it")
+            except (DependencyError, NotImplementedError) as exc:
+                raise Unreadable("encrypted", str(exc)) from None
+        out: list[str] = []
+        starts: list[int] = []
+        for page in reader.pages:
+            lines = _page_lines(page.extract_text() or "")
+            if out and lines:
+                out.append("")  # a blank line between pages
+            starts.append(len(out) + 1)
+            out.extend(lines)
+    except Unreadable:
+        raise
+    except FileNotDecryptedError as exc:
+        raise Unreadable("encrypted", str(exc)) from None
+    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError,
+            RecursionError, OSError) as exc:
+        raise Unreadable("damaged_document", f"{type(exc).__name__}: {exc}") from None
+    if not any(line.strip() for line in out):
+        raise Unreadable("no_text", "no text layer (a scan needs OCR first)")
+    return Extracted("\n".join(out) + "\n", tuple(starts))
+
+
+_CACHE: OrderedDict[str, Extracted] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_SIZE = 16
+
+
+def extract(rel: str, data: bytes) -> Extracted:
+    """The text of document ``rel`` (its bytes ``data``), remembered for the last few
+    documents by content hash: reading a span again must not parse the PDF again."""
+    if not is_document(rel):
+        raise Unreadable("unsupported_document", rel)
+    key = hashlib.sha256(data).hexdigest()
+    with _CACHE_LOCK:
+        got = _CACHE.get(key)
+        if got is not None:
+            _CACHE.move_to_end(key)
+            return got
+    got = extract_pdf(data)
+    with _CACHE_LOCK:
+        _CACHE[key] = got
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return got
