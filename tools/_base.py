@@ -23,3 +23,5 @@ class ToolSpec:
     log_fields: Callable[[dict[str, Any], Any], dict[str, Any]]
     #: listed only when this returns True for the settings (the opt-in local LLM tool)
     enabled: Callable[[Any], bool] = lambda settings: True
+    #: and, over HTTP, only when this also returns True (a tool showing private data)
+    over_http: Callable[[Any], bool] = lambda settings: True

@@ -101,7 +101,9 @@ def log_fields(params: dict[str, Any], r: QueryAnswer | None) -> dict[str, Any]:
                    redactions=r.redactions)
         if r.unavailable:
             out["unavailable"] = sorted(r.unavailable)
-        out["spans"] = [h.id for h in r.hits]
+        # with several repositories an ID names its repository first, as search's IDs do
+        out["spans"] = [f"{h.repo}:{h.id}" if r.generations is not None else h.id
+                        for h in r.hits]
     return out
 
 

@@ -18,6 +18,7 @@ commands:
   rag-mcp serve --http            serve streamable HTTP at http://127.0.0.1:8765/mcp
   rag-mcp ask "QUESTION"          start a server, ask rag_query through a real MCP session
   rag-mcp config --client NAME    print (or --write) the config snippet for a client
+  rag-mcp stats [--since 7d]      query statistics from the JSONL tool log (--json for all)
 
 examples:
   rag-mcp --root ~/src/app
@@ -60,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--k", type=int, default=5)
     ask.add_argument("--include-text", action="store_true")
     ask.add_argument("--json", action="store_true", help="print the structured result")
+    stats = sub.add_parser("stats", help="query statistics from the JSONL tool log")
+    _common(stats)
+    stats.add_argument("--since", help="only calls since: a date (2026-11-27), a UTC time "
+                                       "(2026-11-27T08:00) or a span back from now (30m, 24h, 7d)")
+    stats.add_argument("--top", type=int, default=10, help="rows of each top list (default 10)")
+    stats.add_argument("--json", action="store_true", help="print the statistics as JSON")
     cfg = sub.add_parser("config", help="client configuration snippets")
     _common(cfg)
     cfg.add_argument("--client", required=True,
@@ -89,9 +96,23 @@ def _protect_stdout() -> None:
     sys.stdout = os.fdopen(real, "w", encoding="utf-8", buffering=1)
 
 
+def _stats(settings: Settings, args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from rag_mcp.logstats import parse_since, render, summarize
+
+    if args.top < 1:
+        print("rag-mcp: --top must be at least 1", file=sys.stderr)
+        return 2
+    s = summarize(settings.log_path, since=parse_since(args.since), top=args.top)
+    print(json.dumps(asdict(s), indent=2, ensure_ascii=False) if args.json else render(s))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("serve", "ask", "config", "-h", "--help"):
+    if not argv or argv[0] not in ("serve", "ask", "config", "stats", "-h", "--help"):
         argv.insert(0, "serve")
     args = build_parser().parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if args.verbose else logging.WARNING,
@@ -104,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return ask(settings, args.query, k=args.k, include_text=args.include_text,
                        as_json=args.json, config=args.config)
+        if args.command == "stats":
+            return _stats(settings, args)
         if args.command == "config":
             from rag_mcp.serve.clients import client_config
 

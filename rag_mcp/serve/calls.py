@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -31,7 +32,9 @@ def tool_function(server: RagServer, spec: ToolSpec) -> Callable[..., Any]:
         deps = server.deps
         assert deps is not None, "the server's dependencies are built in its lifespan"
         t0 = time.perf_counter()
-        record: dict[str, Any] = {"tool": spec.name, "client": server.client_info()}
+        # the served root(s): one log folder can be shared by servers of several repositories
+        record: dict[str, Any] = {"tool": spec.name, "client": server.client_info(),
+                                  "root": os.pathsep.join(deps.settings.roots)}
         q = kwargs.get("query") if "query" in kwargs else kwargs.get("question")
         record.update(deps.log.query_field(q))
         try:

@@ -33,7 +33,15 @@ from rag_mcp.search.repos import repo_names
 from rag_mcp.serve.calls import tool_function
 from rag_mcp.serve.resources import SEARCH_TIPS, explain_prompt, index_stats
 from rag_mcp.serve.sdk import RagServer
-from tools import fetch, local_llm_rag_query, rag_get_span, rag_health, rag_query, search
+from tools import (
+    fetch,
+    local_llm_rag_query,
+    rag_get_span,
+    rag_health,
+    rag_query,
+    rag_stats,
+    search,
+)
 from tools._base import ToolSpec
 
 INSTRUCTIONS = """\
@@ -51,7 +59,7 @@ Several repositories are served: {names}. rag_query searches all of them unless 
 (or a list); every hit carries its repo; pass it to rag_get_span with the span ID."""
 
 SPECS: tuple[ToolSpec, ...] = (rag_query.SPEC, rag_get_span.SPEC, rag_health.SPEC,
-                               local_llm_rag_query.SPEC)
+                               local_llm_rag_query.SPEC, rag_stats.SPEC)
 #: OpenAI's connector / deep-research contract (docs/CLIENTS.md). Offered over HTTP only, where
 #: ChatGPT connects: local assistants would otherwise see two search tools and pick the thinner.
 CONNECTOR_SPECS: tuple[ToolSpec, ...] = (search.SPEC, fetch.SPEC)
@@ -89,7 +97,8 @@ def build_server(settings: Settings, deps_factory: Callable[[], Deps], *,
     holder["server"] = server
     server.deps_factory = deps_factory
     for spec in SPECS + (CONNECTOR_SPECS if connector_tools else ()):
-        if spec.enabled(settings):
+        # connector tools are served exactly over HTTP
+        if spec.enabled(settings) and (not connector_tools or spec.over_http(settings)):
             takes_repo = "repo" in inspect.signature(spec.fn).parameters
             server.add_tool(tool_function(server, spec), name=spec.name, title=spec.title,
                             description=(spec.fn.__doc__ or "") + (several if takes_repo else ""),
