@@ -273,7 +273,7 @@ class IgnoreMatcher:
         if name == ".git":  # a folder, or a file pointing elsewhere (worktree, submodule)
             return "vcs"
         wiki = self.wiki.state_reason(rel.rpartition("/")[0], name)
-        if wiki:
+        if wiki and rel != self._index_rel:
             return wiki
         if is_dir:
             reason = _DIR_REASONS.get(name)
