@@ -326,8 +326,10 @@ class QueryService:
 
         The groups are planned for the most rag_query ever returns (``MAX_K``) whatever ``k``
         asks, so a smaller k is always the beginning of a larger one's answer."""
-        placed = [Placed((id(f.repo), f.hit.span.path), f.hit.span.start_line,
-                         f.hit.span.end_line, f.hit.score >= tau_of(f)) for f in found]
+        # spans of two pages of a PDF never join: a hit cites one page
+        placed = [Placed((id(f.repo), f.hit.span.path, dict(f.hit.span.meta).get("page")),
+                         f.hit.span.start_line, f.hit.span.end_line, f.hit.score >= tau_of(f))
+                  for f in found]
         groups = plan_joins(placed, MAX_K, gap=self.s.join_gap, max_lines=self.s.join_max_lines)
         out: list[_Found] = []
         for group in groups[:k]:
