@@ -140,7 +140,10 @@ def test_documents_that_cannot_be_read_are_named_with_the_reason(
     (root / "broken.pdf").write_bytes(b"%PDF-1.7\n" + b"\x00garbage" * 50)
     (root / "scan.pdf").write_bytes(make_pdf([[]]))  # a page without any text
     (root / "spec.docx").write_bytes(b"PK\x03\x04" + b"\x00" * 64)
+    # an owner password alone (no printing, no copying) still opens for reading
+    (root / "restricted.pdf").write_bytes(make_pdf(MANUAL[:1], password=""))
     stats = run_index(settings_for(root))
+    assert stats.files_changed == 2  # ok.pdf and restricted.pdf
     assert stats.not_read == {"broken.pdf": "damaged_document", "locked.pdf": "encrypted",
                               "scan.pdf": "no_text", "spec.docx": "unsupported_document"}
     summary = render_summary(stats)
