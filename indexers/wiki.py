@@ -5,7 +5,8 @@ in DokuWiki markup, one folder per namespace), ``media/`` (uploads), and state o
 is no reading matter: ``attic/`` (old revisions), ``meta/``, ``index/`` (its search index),
 ``cache/``, ``locks/``, ``tmp/``, ``log/``, ``media_attic/``, ``media_meta/``. The tree is
 recognised by that shape, wherever it is: a folder holding ``pages/`` beside at least two of
-the state folders is a data folder (a ``data/`` folder, a whole install, Debian's
+the state folders that only DokuWiki keeps (attic, meta, index, locks, media_attic, media_meta)
+is a data folder (a ``data/`` folder, a whole install, Debian's
 ``/var/lib/dokuwiki``). A root that is itself a page tree is recognised by its parent (a data
 folder), or, when it was copied out on its own, by its content: ``.txt`` files only, named like
 page IDs, most of them in DokuWiki markup.
@@ -24,6 +25,9 @@ from pathlib import Path
 #: DokuWiki's own state beside ``pages/`` in its data folder: never indexed
 STATE_DIRS = frozenset(
     "attic cache index locks meta media_attic media_meta tmp log".split())
+#: the state folders no other kind of project has beside a ``pages/`` (a web app's root may
+#: well hold pages/, tmp/ and log/)
+_WIKI_ONLY = frozenset("attic index locks meta media_attic media_meta".split())
 #: what a data folder holds worth reading
 CONTENT_DIRS = frozenset({"pages", "media"})
 
@@ -39,7 +43,7 @@ _MAX_LISTED = 5000  # files listed to judge it
 
 def is_data_dir(names: set[str] | frozenset[str]) -> bool:
     """Whether a folder with these entries is a DokuWiki data folder."""
-    return "pages" in names and len(STATE_DIRS.intersection(names)) >= 2
+    return "pages" in names and len(_WIKI_ONLY.intersection(names)) >= 2
 
 
 def _names(folder: Path) -> frozenset[str]:

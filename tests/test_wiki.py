@@ -238,3 +238,12 @@ def test_docs_chunker_anchor_lands_in_the_catalog(tmp_path: Path) -> None:
         deps.close()
     hit = next(h for h in ans.hits if h.anchor == "on-linux")
     assert hit.url == "https://example.org/install/#on-linux"
+
+
+def test_a_web_app_with_pages_tmp_and_log_is_no_wiki(tmp_path: Path) -> None:
+    app = tmp_path / "app"
+    for rel in ("pages/index.tsx", "tmp/cache.txt", "log/dev.log", "lib/util.ts"):
+        (app / rel).parent.mkdir(parents=True, exist_ok=True)
+        (app / rel).write_text("x\n")
+    files, skipped = listed(app)
+    assert "lib/util.ts" in files and "wiki_state" not in skipped
