@@ -75,7 +75,7 @@ def extract_pdf(data: bytes) -> Extracted:
     """The text of a PDF's pages; raises ``Unreadable`` (encrypted, damaged, no text)."""
     # pypdf is imported here: the server loads it only when a PDF span is read.
     from pypdf import PdfReader
-    from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadError
+    from pypdf.errors import DependencyError, FileNotDecryptedError
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings about odd files are noise
     try:
@@ -99,8 +99,10 @@ def extract_pdf(data: bytes) -> Extracted:
         raise
     except FileNotDecryptedError as exc:
         raise Unreadable("encrypted", str(exc)) from None
-    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError,
-            RecursionError, OSError) as exc:
+    except Exception as exc:
+        # Untrusted input meets a large parser: pypdf's own errors (a stream past its size
+        # limits, a broken xref) and whatever a malformed file provokes in it must name the
+        # file as damaged, never stop the index run or a rag_get_span.
         raise Unreadable("damaged_document", f"{type(exc).__name__}: {exc}") from None
     if not any(line.strip() for line in out):
         raise Unreadable("no_text", "no text layer (a scan needs OCR first)")
