@@ -33,34 +33,35 @@ class Work:
 
 def chunk_one(settings: Settings, c: walk.Candidate, wiki: WikiTrees | None = None) -> Work:
     """Read and chunk one file: its record and spans, or the reason it is skipped. ``wiki``
-    knows the DokuWiki page trees of the root (none when omitted). A PDF is read as the text
-    its pages hold (``rag_mcp.index.documents``); office formats are named, not read."""
+    knows the DokuWiki page trees of the root (none when omitted). A PDF or .docx is read as
+    the text ``rag_mcp.index.documents`` extracts; other office formats are named, not read."""
     if documents.is_unsupported(c.rel):
         return Work(c, None, "unsupported_document")
     try:
         data = c.abs_path.read_bytes()
     except OSError:
         return Work(c, None, "unreadable")
-    pages: tuple[int, ...] | None = None
     if documents.is_document(c.rel):
         try:
             extracted = documents.extract(c.rel, data)
         except documents.Unreadable as exc:
             return Work(c, None, exc.reason)
-        text, pages = extracted.text, extracted.page_starts
+        text = extracted.text
+        fc = chunking.chunk_extracted(text, extracted.fmt, extracted.page_starts,
+                                      budget_chars=settings.chunk_chars)
+        n_bytes = len(text.encode("utf-8", "surrogatepass"))
     else:
         reason = walk.check_content(c.rel, data)
         if reason:
             return Work(c, None, reason)
         text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
-    fc = chunking.chunk_file(c.rel, text, budget_chars=settings.chunk_chars,
-                             window_lines=settings.window_lines,
-                             window_overlap=settings.window_overlap,
-                             page_id=wiki.page_id(c.rel) if wiki is not None else "",
-                             pages=pages)
+        fc = chunking.chunk_file(c.rel, text, budget_chars=settings.chunk_chars,
+                                 window_lines=settings.window_lines,
+                                 window_overlap=settings.window_overlap,
+                                 page_id=wiki.page_id(c.rel) if wiki is not None else "")
+        n_bytes = len(data)
     media_id = wiki.media_id(c.rel) if wiki is not None else ""
     fhash = content_hash(data)
-    n_bytes = len(data) if pages is None else len(text.encode("utf-8", "surrogatepass"))
     rec = FileRecord(c.rel, fhash, c.size, c.mtime_ns, fc.language, fc.kind,
                      len(fc.lines), n_bytes, fc.fallback)
     work = Work(c, rec)

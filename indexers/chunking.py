@@ -89,15 +89,24 @@ def chunk_pages(lines: list[str], page_starts: tuple[int, ...], budget_chars: in
     return out
 
 
-def chunk_file(rel: str, text: str, *, budget_chars: int, window_lines: int,
-               window_overlap: int, page_id: str = "",
-               pages: tuple[int, ...] | None = None) -> FileChunks:
-    """Cut one file into chunks; never fails on odd input (falls back to line windows).
-    ``page_id``: the file is the DokuWiki page with this ID (``indexers.wiki``); ``pages``:
-    the text was extracted from a document (a PDF), these are its pages' first lines."""
+def chunk_extracted(text: str, fmt: str, page_starts: tuple[int, ...], *,
+                    budget_chars: int) -> FileChunks:
+    """Chunks of a document's extracted text (``rag_mcp.index.documents``): a PDF page by
+    page, a .docx (extracted as Markdown) by its headings. Their language is the format."""
     lines = split_lines(text)
-    if pages is not None:
-        return FileChunks("pdf", "doc", chunk_pages(lines, pages, budget_chars), lines, "")
+    if fmt == "pdf":
+        return FileChunks(fmt, "doc", chunk_pages(lines, page_starts, budget_chars), lines, "")
+    # a Word file has no web page: its headings' slugs would be anchors of nothing
+    chunks = [replace(c, meta=tuple(m for m in c.meta if m[0] != "anchor"))
+              for c in docs.chunk_doc(text, "markdown", budget_chars=budget_chars)]
+    return FileChunks(fmt, "doc", chunks, lines, "")
+
+
+def chunk_file(rel: str, text: str, *, budget_chars: int, window_lines: int,
+               window_overlap: int, page_id: str = "") -> FileChunks:
+    """Cut one file into chunks; never fails on odd input (falls back to line windows).
+    ``page_id``: the file is the DokuWiki page with this ID (``indexers.wiki``)."""
+    lines = split_lines(text)
     language, kind = classify(rel, text[:4096], wiki_page=bool(page_id))
     fallback = ""
     chunks: list[Chunk] | None = None

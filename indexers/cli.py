@@ -104,8 +104,8 @@ NOT_READ = {
     "encrypted": "encrypted (needs a password to open)",
     "damaged_document": "damaged (the PDF cannot be parsed)",
     "no_text": "no text layer (a scanned PDF needs OCR first)",
-    "unsupported_document": "format not read (only PDF among documents; export it as PDF or "
-                            "Markdown)",
+    "unsupported_document": "format not read (of documents, PDF and .docx are; export it as "
+                            "one of them or as Markdown)",
 }
 
 

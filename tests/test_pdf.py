@@ -1,5 +1,6 @@
-"""PDF documents: text by page (pypdf), spans that name their page, the original untouched,
-and documents that cannot be read named in the rag-index summary with the reason."""
+"""PDF and Word documents: PDF text by page (pypdf), spans that name their page, .docx by its
+headings (python-docx), the originals untouched, and documents that cannot be read named in
+the rag-index summary with the reason."""
 
 from __future__ import annotations
 
@@ -139,17 +140,51 @@ def test_documents_that_cannot_be_read_are_named_with_the_reason(
     (root / "locked.pdf").write_bytes(make_pdf(MANUAL, password="s3cret"))
     (root / "broken.pdf").write_bytes(b"%PDF-1.7\n" + b"\x00garbage" * 50)
     (root / "scan.pdf").write_bytes(make_pdf([[]]))  # a page without any text
-    (root / "spec.docx").write_bytes(b"PK\x03\x04" + b"\x00" * 64)
+    (root / "slides.odp").write_bytes(b"PK\x03\x04" + b"\x00" * 64)
+    (root / "locked.docx").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 504)
     # an owner password alone (no printing, no copying) still opens for reading
     (root / "restricted.pdf").write_bytes(make_pdf(MANUAL[:1], password=""))
     stats = run_index(settings_for(root))
     assert stats.files_changed == 2  # ok.pdf and restricted.pdf
     assert stats.not_read == {"broken.pdf": "damaged_document", "locked.pdf": "encrypted",
-                              "scan.pdf": "no_text", "spec.docx": "unsupported_document"}
+                              "scan.pdf": "no_text", "slides.odp": "unsupported_document",
+                              "locked.docx": "encrypted"}
     summary = render_summary(stats)
     for line in ("locked.pdf: encrypted", "broken.pdf: damaged", "scan.pdf: no text layer",
-                 "spec.docx: format not read"):
+                 "slides.odp: format not read", "locked.docx: encrypted"):
         assert line in summary, summary
     # a second run reads nothing again and still names them
     again = run_index(settings_for(root))
     assert not again.published and again.not_read == stats.not_read
+
+
+def test_a_word_document_is_read_by_its_headings(tmp_path: Path) -> None:
+    import docx
+
+    d = docx.Document()
+    d.add_heading("Ferret handbook", 0)
+    d.add_paragraph("Internal notes for the operations team.")
+    d.add_heading("Backups", 1)
+    d.add_paragraph("Snapshots of the ledger database are kept for ninety-three days.")
+    table = d.add_table(rows=2, cols=2)
+    for (r, col), value in {(0, 0): "host", (0, 1): "window", (1, 0): "ledger-db",
+                            (1, 1): "02:40 UTC"}.items():
+        table.cell(r, col).text = value
+    d.add_heading("Monitoring", 1)
+    d.add_paragraph("Alerts page the on-call engineer after three failed checks.")
+    root = tmp_path / "kb"
+    root.mkdir()
+    buf = io.BytesIO()
+    d.save(buf)
+    (root / "handbook.docx").write_bytes(buf.getvalue())
+    stats = run_index(settings_for(root))
+    assert stats.by_language == {"docx": stats.spans_total} and not stats.not_read
+    deps = hash_deps(settings_for(root))
+    try:
+        ans = deps.queries.query(QueryParams(query="how long are ledger snapshots kept", k=3))
+        hit = next(h for h in ans.hits if h.heading == "Ferret handbook > Backups")
+        assert hit.kind == "doc" and hit.page is None and hit.anchor is None
+        got = find_span(list(deps.repos.values()), hit.id)
+        assert "ninety-three days" in got.text and "| ledger-db | 02:40 UTC |" in got.text
+    finally:
+        deps.close()

@@ -1,10 +1,13 @@
-"""Text of documents that are not text files: PDF, page by page, extracted with pypdf.
+"""Text of documents that are not text files: PDF page by page (pypdf), Word .docx as Markdown
+(python-docx).
 
-The indexer and the span reader both see a PDF as the text ``extract`` gives: its pages'
-text in order, one blank line between pages, so a span is a line range of that text like any
-other, its digest checks it, and ``page_starts`` says on which page a line is. The original
-file is only read. Extraction is deterministic for one pypdf version; after an upgrade that
-extracts differently, a span reads as changed (``E_STALE``) until the next ``rag-index``.
+The indexer and the span reader both see a document as the text ``extract`` gives, so a span
+is a line range of that text like any other and its digest checks it. A PDF's text is its
+pages' text in order, one blank line between pages, and ``page_starts`` says on which page a
+line is. A .docx becomes Markdown: its heading styles as ``#`` headings (so spans follow its
+sections), paragraphs, and tables as ``|`` rows. The original file is only read. Extraction is
+deterministic for one library version; after an upgrade that extracts differently, a span
+reads as changed (``E_STALE``) until the next ``rag-index``.
 
 Formats without an extractor here are named, not read: ``UNSUPPORTED``.
 """
@@ -21,10 +24,12 @@ from dataclasses import dataclass
 from rag_mcp.index.spans import split_lines
 
 #: suffixes this module extracts text from
-DOCUMENT_SUFFIXES = (".pdf",)
+DOCUMENT_SUFFIXES = (".pdf", ".docx")
 #: office and e-book formats rag-index names in its summary instead of reading
-UNSUPPORTED = (".doc", ".docx", ".odt", ".rtf", ".epub", ".ppt", ".pptx", ".odp", ".xls",
-               ".xlsx", ".ods")
+UNSUPPORTED = (".doc", ".odt", ".rtf", ".epub", ".ppt", ".pptx", ".odp", ".xls", ".xlsx",
+               ".ods")
+# An encrypted Office file is an OLE compound file, not the zip a .docx is.
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 #: skip reasons of documents, which rag-index names file by file
 REASONS = ("encrypted", "damaged_document", "no_text", "unsupported_document")
 
@@ -40,8 +45,11 @@ class Unreadable(Exception):
 @dataclass(frozen=True, slots=True)
 class Extracted:
     text: str
-    #: 1-based first line of each page's text (a page without text starts where the next does)
+    #: 1-based first line of each page's text (a page without text starts where the next
+    #: does); empty for a format without pages
     page_starts: tuple[int, ...]
+    #: ``pdf`` (plain text by page) or ``docx`` (Markdown)
+    fmt: str = "pdf"
 
     def page_of(self, line: int) -> int:
         """The 1-based page that line ``line`` of ``text`` is on."""
@@ -109,6 +117,42 @@ def extract_pdf(data: bytes) -> Extracted:
     return Extracted("\n".join(out) + "\n", tuple(starts))
 
 
+def extract_docx(data: bytes) -> Extracted:
+    """A .docx as Markdown; raises ``Unreadable`` (encrypted, damaged, no text)."""
+    if data.startswith(_OLE_MAGIC):
+        raise Unreadable("encrypted", "an encrypted Office file (a password is needed)")
+    import docx  # python-docx, imported only when a .docx is read
+    from docx.text.paragraph import Paragraph
+
+    try:
+        doc = docx.Document(io.BytesIO(data))
+        out: list[str] = []
+        for item in doc.iter_inner_content():
+            if isinstance(item, Paragraph):
+                line = " ".join(item.text.split())
+                style = (item.style.name if item.style is not None else "") or ""
+                level = _heading_level(style)
+                block = [f"{'#' * level} {line}" if level and line else line]
+            else:
+                block = ["| " + " | ".join(" ".join(c.text.split()) for c in row.cells) + " |"
+                         for row in item.rows]
+            if any(block):
+                out.extend([*block, ""])
+    except Exception as exc:  # untrusted input meets a parser: see extract_pdf
+        raise Unreadable("damaged_document", f"{type(exc).__name__}: {exc}") from None
+    if not out:
+        raise Unreadable("no_text", "the document holds no text")
+    return Extracted("\n".join(out), (), "docx")
+
+
+def _heading_level(style: str) -> int:
+    """Markdown heading level of a Word paragraph style: Title 1, Heading N N+1 (max 6)."""
+    if style == "Title":
+        return 1
+    head, _, n = style.partition(" ")
+    return min(6, int(n) + 1) if head == "Heading" and n.isdigit() else 0
+
+
 _CACHE: OrderedDict[str, Extracted] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 16
@@ -125,7 +169,7 @@ def extract(rel: str, data: bytes) -> Extracted:
         if got is not None:
             _CACHE.move_to_end(key)
             return got
-    got = extract_pdf(data)
+    got = extract_docx(data) if rel.lower().endswith(".docx") else extract_pdf(data)
     with _CACHE_LOCK:
         _CACHE[key] = got
         while len(_CACHE) > _CACHE_SIZE:
