@@ -82,7 +82,8 @@ class QueryAnswer:
     query: str
     hits: Annotated[list[QueryHit], Field(description="Best first")]
     low_confidence: Annotated[bool, Field(
-        description="No hit reached tau; the single best guess is shown")]
+        description="The best hit is under the model's confidence bar: the corpus may not "
+                    "answer this (when no hit reached tau, the single best guess is shown)")]
     message: Annotated[str | None, Field(
         description="What was cut or why confidence is low")] = None
     tau: Annotated[float, Field(description="Confidence threshold applied")]
@@ -272,12 +273,16 @@ class QueryService:
         wanted = self._join(found, p.k, tau_of)
         kept = [f for f in wanted if f.hit.score >= tau_of(f)]
         dropped = len(wanted) - len(kept)
-        low = False
+        low = bool(wanted) and not any(
+            f.hit.score >= (f.retrieval.calibration.flag_threshold if p.tau is None
+                            else float(p.tau)) for f in wanted)
         notes: list[str] = []
+        if low:
+            prose = mostly_prose([r.index.manifest for r in retrievals.values()])
+            best = max(f.hit.score for f in wanted)
+            notes.append(low_confidence_note(best, tau, bool(kept), prose))
         if not kept and wanted:
-            kept, low = wanted[:1], True
-            notes.append(f"no span reached the confidence threshold tau={tau:.2f}; this is the "
-                         "best guess. Rephrase with names from the code, or pass a lower tau.")
+            kept = wanted[:1]
         elif not wanted:
             notes.append("nothing matched; check the filters or rephrase")
         t = time.perf_counter()
@@ -413,3 +418,29 @@ class QueryService:
         except (NotFound, Stale):
             # The file moved on since indexing; the indexed text is still the best evidence.
             return stored, True
+
+
+def mostly_prose(manifests: Sequence[dict[str, Any]]) -> bool:
+    """Whether the searched indexes hold more documentation and text spans than code spans."""
+    prose = code = 0
+    for m in manifests:
+        for kind, n in (m.get("by_kind") or {}).items():
+            if kind in ("doc", "text"):
+                prose += int(n)
+            else:
+                code += int(n)
+    return prose > code
+
+
+def low_confidence_note(best: float, tau: float, reached_tau: bool, prose: bool) -> str:
+    """The note of a low-confidence answer, with advice that fits the corpus: names from the code
+    for a code repository, the pages' own words for a wiki or documentation."""
+    advice = ("Rephrase with words the pages use (a page title, a section heading, a term they "
+              "define)" if prose else
+              "Rephrase with names from the code (a function, class or file name)")
+    if not reached_tau:
+        return (f"no span reached the confidence threshold tau={tau:.2f}; this is the best "
+                f"guess. {advice}, or pass a lower tau.")
+    return (f"low confidence: the best hit scores {best:.3f}, under this model's bar; this "
+            "corpus may not answer the question (its words are rare or absent here). "
+            f"{advice}, or check the hits before relying on them.")
