@@ -77,9 +77,9 @@ def test_retrieval_scores_carry_the_coverage(sample_repo: Path,
         plain = replace(cal, coverage_weight=0.0)
         for q, covered in (("retry with exponential backoff", True),
                            ("retry with exponential backoff sourdough bread", False)):
-            r.calibration = lambda idx, c=plain: c  # type: ignore[method-assign]
+            r.calibration = lambda idx, c=plain: c  # type: ignore[method-assign,misc]
             before = r.retrieve(q, Filters())
-            r.calibration = lambda idx, c=cal: c  # type: ignore[method-assign]
+            r.calibration = lambda idx, c=cal: c  # type: ignore[method-assign,misc]
             after = r.retrieve(q, Filters())
             assert (after.coverage == 1.0) == covered and before.coverage == after.coverage
             assert [h.span.id for h in after.hits] == [h.span.id for h in before.hits]
