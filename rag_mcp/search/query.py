@@ -20,6 +20,7 @@ from rag_mcp.config import Settings
 from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, Stale
 from rag_mcp.index.spans import Span, digest
 from rag_mcp.search.join import Placed, plan_joins
+from rag_mcp.search.preview import describe
 from rag_mcp.search.reader import cap_text, join_parts, read_span
 from rag_mcp.search.redact import redact, redact_label
 from rag_mcp.search.repos import Repo, select
@@ -381,7 +382,7 @@ class QueryService:
         for i, f in enumerate(kept[:limit]):
             h = f.hit
             sp = f.span
-            preview, n1 = redact(sp.preview)  # redact the stored line whole, then shorten it
+            preview, n1 = redact(self._preview(f))  # redact the line whole, then shorten it
             if len(preview) > PREVIEW_CHARS:
                 preview = preview[: PREVIEW_CHARS - 1] + "…"
             text: str | None = None
@@ -407,6 +408,13 @@ class QueryService:
                 stale=stale, truncated=truncated, repo=f.repo.name,
                 parts=f.joined.parts if f.joined is not None else None))
         return out, cut, redactions
+
+    @staticmethod
+    def _preview(f: _Found) -> str:
+        """What the hit is (``search.preview``), from its best span's stored text."""
+        catalog = f.retrieval.index.catalog
+        stored = catalog.text(f.hit.row.sid) if catalog is not None else None
+        return describe(f.hit.span, stored)
 
     def _text(self, root: Path, h: Hit, idx: Any) -> tuple[str, bool]:
         sp = h.span
