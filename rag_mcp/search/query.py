@@ -19,7 +19,7 @@ from pydantic import Field
 from rag_mcp.config import Settings
 from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, Stale
 from rag_mcp.index.spans import Span, digest
-from rag_mcp.search.join import Placed, plan_joins
+from rag_mcp.search.join import Placed, joined_label, plan_joins
 from rag_mcp.search.preview import describe
 from rag_mcp.search.reader import cap_text, join_parts, read_span
 from rag_mcp.search.redact import redact, redact_label
@@ -58,10 +58,11 @@ class QueryHit:
     end_line: Annotated[int, Field(description="Last line, inclusive")]
     kind: Annotated[str, Field(description="code, doc or text")]
     language: str
-    symbol: Annotated[str | None, Field(description="Definition name, e.g. 'Indexer.run'")] = None
+    symbol: Annotated[str | None, Field(
+        description="Definition name, e.g. 'Indexer.run' (a joined range: each, ', ')")] = None
     parent: Annotated[str | None, Field(description="Enclosing class or type, if any")] = None
     heading: Annotated[str | None, Field(
-        description="Heading path of a doc span, 'A > B > C'")] = None
+        description="Heading path of a doc span, 'A > B > C' (a joined range: each, '; ')")] = None
     score: Annotated[float, Field(description="Calibrated confidence in [0, 1]")]
     preview: Annotated[str, Field(
         description="One-line signature or heading (secrets redacted)")]
@@ -345,8 +346,12 @@ class QueryService:
         if got is None:
             return None
         start, end, text = got
+        parents = {sp.parent for sp in spans}
         span = replace(lead.hit.span, start_line=start, end_line=end, digest=digest(text),
-                       byte_len=len(text.encode("utf-8", "surrogatepass")))
+                       byte_len=len(text.encode("utf-8", "surrogatepass")),
+                       symbol=joined_label((sp.symbol for sp in spans), ", "),
+                       heading=joined_label((sp.heading for sp in spans), "; "),
+                       parent=lead.hit.span.parent if len(parents) == 1 else None)
         return _Joined(span, text, tuple(sp.id for sp in spans))
 
     def _rerank(self, p: QueryParams, found: list[_Found], timings: dict[str, float]
