@@ -55,7 +55,7 @@ def describe(span: Span, text: str | None) -> str:
         return stored
     if span.kind in ("doc", "text"):
         return _section_sentence(text, span) or stored
-    if span.symbol and stored and not _says_nothing(stored):
+    if span.symbol and stored and not says_nothing(stored):
         return stored  # the definition's signature (or, in a piece of one, its first statement)
     return _code_summary(text) or stored
 
@@ -68,7 +68,7 @@ def first_sentence(text: str) -> str:
     return out if len(out) <= LIMIT else out[: LIMIT - 1].rstrip() + "…"
 
 
-def _says_nothing(line: str) -> bool:
+def says_nothing(line: str) -> bool:
     s = line.strip()
     return not s or bool(_BARE.match(s)) or bool(_DIRECTIVE.match(s))
 
