@@ -114,7 +114,7 @@ class Calibration:
 CALIBRATIONS: dict[str, Calibration] = {
     "all-MiniLM-L6-v2": Calibration(
         alpha=0.8, alpha_prose=0.4, a=4.388, b=-4.733, tau=0.02, terms=8,
-        coverage_weight=0.5, flag=0.025,
+        coverage_weight=0.75, flag=0.025,
         source="bench/quality/calibrate.py, onnx-int8, docs+cosqa+docstring+swebench_lite; "
                "coverage_weight and flag: bench/quality/confidence.py --fit"),
 }
