@@ -297,7 +297,7 @@ def _why(on: list[Asked], off: list[Asked]) -> str:
         cos = ", ".join(f"{med(n, 'whole', 'top_cos'):.2f} ({n})" for n in code)
         out.append(
             f"On code indexes the cosine carries it: code spans weigh the cosine 0.8, and "
-            f"MiniLM gives an unrelated question a top cosine of {cos} (median), which the "
+            f"the model gives an unrelated question a top cosine of {cos} (median), which the "
             "calibrated curve maps to about the default tau of 0.02 by itself, frame or not.")
     whole = [float(a.more.get("coverage", 1.0)) for a in off if "part" not in a.extra]
     ontopic = [float(a.more.get("coverage", 1.0)) for a in on]
