@@ -73,6 +73,7 @@ def _home(ranges: list[Placed], h: Placed, skip: int, gap: int, max_lines: int) 
 
 def joined_label(labels: Iterable[str | None], sep: str) -> str | None:
     """The label of a joined range: every distinct label of its parts (symbols or heading
-    paths), in line order, ``sep``-separated; None when no part has one."""
+    paths) in the order given (rag_query gives the best-ranked part's first, then the parts in
+    line order), ``sep``-separated; None when no part has one."""
     seen = list(dict.fromkeys(label for label in labels if label))
     return sep.join(seen) if seen else None

@@ -349,8 +349,10 @@ class QueryService:
         parents = {sp.parent for sp in spans}
         span = replace(lead.hit.span, start_line=start, end_line=end, digest=digest(text),
                        byte_len=len(text.encode("utf-8", "surrogatepass")),
-                       symbol=joined_label((sp.symbol for sp in spans), ", "),
-                       heading=joined_label((sp.heading for sp in spans), "; "),
+                       symbol=joined_label([lead.hit.span.symbol, *(sp.symbol for sp in spans)],
+                                           ", "),
+                       heading=joined_label(
+                           [lead.hit.span.heading, *(sp.heading for sp in spans)], "; "),
                        parent=lead.hit.span.parent if len(parents) == 1 else None)
         return _Joined(span, text, tuple(sp.id for sp in spans))
 
