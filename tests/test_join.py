@@ -9,7 +9,7 @@ import pytest
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.index.spans import digest, make_span_id, parse_span_id
-from rag_mcp.search.join import Placed, plan_joins
+from rag_mcp.search.join import Placed, joined_label, plan_joins
 from tests.mcp_helpers import error_code, in_process, text
 
 HASH = "test-hash-64"
@@ -50,6 +50,12 @@ def test_k_groups_and_the_scan_stops_at_the_kth() -> None:
     assert plan(hits, k=1) == [[0]]  # "b" needs a second group: stop
     assert plan(hits, k=2) == [[0, 2], [1]]
     assert plan(hits, k=9) == [[0, 2], [1, 4], [3, 6], [5]]  # fewer hits than slots
+
+
+def test_a_joined_label_names_every_part_once_in_line_order() -> None:
+    assert joined_label(["send", None, "json", "send"], ", ") == "send, json"
+    assert joined_label(["A > B", "A > C"], "; ") == "A > B; A > C"
+    assert joined_label([None, None], ", ") is None
 
 
 def test_a_growing_range_takes_in_the_group_it_reaches() -> None:
@@ -105,6 +111,13 @@ async def test_rag_query_joins_adjacent_sections_and_rag_get_span_reads_them(
         top = sc["hits"][0]
         assert (top["path"], top["start_line"], top["end_line"]) == ("docs/guide.md", 1, 9)
         assert len(top["parts"]) == 2 and "(joins 2 spans)" in text(r)
+        # the range names both sections it spans, and its preview says what the lead's is
+        assert sorted(top["heading"].split("; ")) == ["Guide > Alpha", "Guide > Beta"]
+        lead = top["heading"].split("; ")[0]  # the best-ranked part's label comes first
+        assert top["preview"] == ("The zebrafish tuning knob sets how often the zebrafish tuning "
+                                  "loop runs." if lead == "Guide > Alpha" else
+                                  "Zebrafish tuning also reads the tuning table when the "
+                                  "zebrafish loop starts.")
         assert [parse_span_id(p).start_line for p in top["parts"]] == [1, 7]
         assert top["text"] == lines(guide.root, 1, 9)
         assert top["id"] == make_span_id("docs/guide.md", 1, 9, digest(lines(guide.root, 1, 9)))
