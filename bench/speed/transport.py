@@ -137,7 +137,7 @@ async def timed(session: Any, tool: str, args: dict[str, Any], n: int,
         else:
             r = await session.send_request(request, mt.CallToolResult)
         out.setdefault(key, []).append((time.perf_counter() - t0) * 1000)
-        if r.isError or (tool == "rag_query" and not (r.structuredContent or {}).get(
+        if r.is_error or (tool == "rag_query" and not (r.structured_content or {}).get(
                 "cache_hit")):
             raise SystemExit(f"{tool} failed or missed the cache: {r.content}")
 

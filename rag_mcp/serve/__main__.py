@@ -16,6 +16,7 @@ EPILOG = """\
 commands:
   rag-mcp [serve]                 serve the index over stdio (what MCP clients launch)
   rag-mcp serve --http            serve streamable HTTP at http://127.0.0.1:8765/mcp
+  rag-mcp serve --http --auth oauth   ... with OAuth sign-in (you approve each client)
   rag-mcp ask "QUESTION"          start a server, ask rag_query through a real MCP session
   rag-mcp config --client NAME    print (or --write) the config snippet for a client
 
@@ -50,6 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp")
     serve.add_argument("--host", help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", help="HTTP port (default 8765)")
+    serve.add_argument("--auth", choices=("token", "oauth", "none"),
+                       help="HTTP authentication: token (RAG_HTTP_TOKEN as a bearer token; the "
+                            "default when it is set), oauth (clients sign in through the browser, "
+                            "you approve each with a code printed here), none (loopback only)")
+    serve.add_argument("--public-url", metavar="URL",
+                       help="the scheme://host[:port] clients reach the server at, when it is "
+                            "not the bound address (a tunnel or proxy); used in OAuth metadata")
+    serve.add_argument("--connector-tools", action="store_true",
+                       help="also offer search and fetch, the tools ChatGPT connectors and deep "
+                            "research call (HTTP only)")
     serve.add_argument("--watch", action="store_true",
                        help="keep the index fresh while serving (re-index on file changes)")
     serve.add_argument("--local-llm", action="store_true",
@@ -110,9 +121,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return client_config(settings, args.client, write=args.write)
         from rag_mcp.serve.server import serve
 
+        if not args.http and (args.auth or args.public_url or args.connector_tools):
+            print("rag-mcp: --auth, --public-url and --connector-tools apply to --http only",
+                  file=sys.stderr)
+            return 2
         if not args.http:
             _protect_stdout()
-        return serve(settings, http=args.http, watch=args.watch)
+        return serve(settings, http=args.http, watch=args.watch, auth=args.auth,
+                     public_url=args.public_url, connector_tools=args.connector_tools)
     except RagError as exc:
         print(f"rag-mcp: {exc.code}: {exc.message}", file=sys.stderr)
         return exc.exit_code
