@@ -86,6 +86,9 @@ class LocalAuthorizationServer:
     def __init__(self, base_url: str, resource_url: str, *, say: TextIO | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.base_url = base_url.rstrip("/")
+        # the issuer exactly as the SDK's metadata spells it (RFC 9207: clients compare ``iss``
+        # in the redirect with it; pydantic gives a bare origin a trailing slash)
+        self.issuer = str(AnyHttpUrl(base_url))
         self.resource = resource_url
         self.say = say or sys.stderr
         self.clock = clock
@@ -165,7 +168,7 @@ class LocalAuthorizationServer:
         self.say.flush()
         return RedirectResponse(construct_redirect_uri(
             str(p.params.redirect_uri), code=code.code, state=p.params.state,
-            iss=self.base_url), 302)
+            iss=self.issuer), 302)
 
     # -- tokens ---------------------------------------------------------------------------------
     async def load_authorization_code(self, client: OAuthClientInformationFull,
