@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.errors import RagError
@@ -100,6 +101,34 @@ def _protect_stdout() -> None:
     sys.stdout = os.fdopen(real, "w", encoding="utf-8", buffering=1)
 
 
+def exit_now(code: int) -> NoReturn:
+    """End the server process at once, once its work is done or a client stops it.
+
+    Every file the server writes is safe at any instant (log lines are single appends, the index
+    is only read, a ``--watch`` re-index publishes crash-safe generations, locks are ``flock``s
+    the kernel releases), so the interpreter's own teardown adds nothing but time: with the
+    model and the index loaded it took 4.5 s, and while the model was still loading its native
+    threads aborted the process ("terminate called without an active exception", exit -6).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the client closed the pipe
+            pass
+    os._exit(code)
+
+
+def _stop_on_signals() -> None:
+    """SIGINT and SIGTERM end a stdio server at once: that is how clients stop it (Claude Code
+    sends SIGINT and SIGTERM 100 ms later), and nothing is left to finish (``exit_now``)."""
+
+    def stop(signum: int, _frame: Any) -> None:
+        exit_now(0)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("serve", "ask", "config", "-h", "--help"):
@@ -127,8 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if not args.http:
             _protect_stdout()
-        return serve(settings, http=args.http, watch=args.watch, auth=args.auth,
+            _stop_on_signals()
+        code = serve(settings, http=args.http, watch=args.watch, auth=args.auth,
                      public_url=args.public_url, connector_tools=args.connector_tools)
+        exit_now(code)
     except RagError as exc:
         print(f"rag-mcp: {exc.code}: {exc.message}", file=sys.stderr)
         return exc.exit_code
