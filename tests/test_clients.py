@@ -25,6 +25,7 @@ else:  # pragma: no cover
 HASH = "test-hash-64"
 FILES = {
     "cursor": ".cursor/mcp.json", "claude-code": ".mcp.json", "vscode": ".vscode/mcp.json",
+    "gemini": ".gemini/settings.json",
 }
 HOME_FILES = {
     "windsurf": ".codeium/windsurf/mcp_config.json", "codex": ".codex/config.toml",
@@ -182,7 +183,7 @@ def test_cli_prints_snippet_to_stdout_and_rejects_unknown_clients(
         "mcp_servers"]
 
 
-@pytest.mark.parametrize("client", ["claude-code", "cursor", "vscode"])
+@pytest.mark.parametrize("client", ["claude-code", "cursor", "vscode", "gemini"])
 def test_written_config_does_not_make_the_index_stale(repo: Settings, tmp_path: Path,
                                                       client: str) -> None:
     """A config file (and its backup) written into the repository is not indexed, so
@@ -196,7 +197,7 @@ def test_written_config_does_not_make_the_index_stale(repo: Settings, tmp_path: 
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps({clients.CLIENTS[client].key: {}}))  # the user's own file...
     run(repo, client, tmp_path, write=True)  # ...merged into, after a backup
-    written = [p for p in Path(repo.root).rglob("*") if p.is_file() and "mcp" in p.name]
+    written = [p for p in target.parent.iterdir() if p.name.startswith(target.name)]
     assert target in written and any(".bak-" in p.name for p in written), written
     pointer = gen.read_pointer(repo.index_path)
     assert pointer is not None

@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     cfg = sub.add_parser("config", help="client configuration snippets")
     _common(cfg)
     cfg.add_argument("--client", required=True,
-                     help="cursor | windsurf | claude-code | claude-desktop | vscode | codex | "
-                          "chatgpt")
+                     help="cursor | windsurf | claude-code | claude-desktop | vscode | gemini | "
+                          "codex | chatgpt")
     cfg.add_argument("--write", action="store_true", help="merge it into the client's file")
     return ap
 
