@@ -522,7 +522,7 @@ def study_load(work: Path, args: argparse.Namespace) -> str:
                 over_stdio(root, env={**hio.server_env(work / "logs"), **env}))
             sessions = []
             for _ in range(8):
-                read, write, _ = await stack.enter_async_context(
+                read, write = await stack.enter_async_context(
                     streamable_http_client(server.url))
                 sess = await stack.enter_async_context(ClientSession(read, write))
                 await sess.initialize()

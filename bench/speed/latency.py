@@ -118,7 +118,9 @@ async def measure(roots: list[Path], calls: int, rounds: int, baseline: Path | N
                     t0 = time.perf_counter()
                     r = await call(session, "rag_query", {"query": q})
                     res["uncached"].append((time.perf_counter() - t0) * 1000)
-                    sc = r.structured_content or {}
+                    # diagnostics: in _meta since the lean results, in the structured content
+                    # before (a --baseline server)
+                    sc = (r.meta or {}).get("rag-mcp/diagnostics") or r.structured_content or {}
                     assert not r.is_error and not sc.get("cache_hit"), r
                     res["server_uncached"].append(sc["took_ms"])
                     for k, v in sc.get("timings", {}).items():
@@ -132,8 +134,9 @@ async def measure(roots: list[Path], calls: int, rounds: int, baseline: Path | N
                     t0 = time.perf_counter()
                     r = await call(session, "rag_query", {"query": qs[name][i % 20]})
                     res["cached"].append((time.perf_counter() - t0) * 1000)
-                    assert (r.structured_content or {}).get("cache_hit"), r
-                    res["server_cached"].append((r.structured_content or {})["took_ms"])
+                    sc = (r.meta or {}).get("rag-mcp/diagnostics") or r.structured_content or {}
+                    assert sc.get("cache_hit"), r
+                    res["server_cached"].append(sc["took_ms"])
                 for i in block:
                     t0 = time.perf_counter()
                     r = await call(session, "rag_get_span",
