@@ -164,6 +164,10 @@ def test_chatgpt_instructions(repo: Settings, tmp_path: Path) -> None:
     out, _ = run(repo, "chatgpt", tmp_path)
     assert "--http" in out and repo.root in out and "/mcp/$RAG_HTTP_TOKEN" in out
     assert "Secure MCP Tunnel" in out and "No authentication" in out
+    # every command that serves ChatGPT offers it the search and fetch tools it calls
+    serving = [x for x in out.splitlines() if " serve --root " in x]
+    assert len(serving) == 3 and all("--connector-tools" in x for x in serving), serving
+    assert "--auth oauth" in out
     with pytest.raises(InvalidArgument, match="web settings"):
         run(repo, "chatgpt", tmp_path, write=True)
 
