@@ -320,8 +320,9 @@ def baseline_table(times: dict[str, dict[str, list[float]]], rev: str) -> str:
                          f"{pct(old, 50) / pct(new, 50):.2f}x", round(pct(old, 95), 2),
                          round(pct(new, 95), 2)])
     return (f"\n\nSide by side with the server of commit `{rev}` (the same index, client and "
-            "rounds; its source exported to bench/.work and run on the same installed "
-            "dependencies):\n\n"
+            "rounds; its source exported to bench/.work and run on "
+            + (f"the installed packages of `{BASELINE_PYTHON[0]}`" if BASELINE_PYTHON
+               else "the same installed dependencies") + "):\n\n"
             + md_table(["tool", "transport", f"{rev} P50 ms", "now P50 ms", "speed-up",
                         f"{rev} P95 ms", "now P95 ms"], rows))
 
@@ -380,13 +381,11 @@ def report(times: dict[str, dict[str, list[float]]], calls: int, rounds: int,
         "server process each, both open at once, calls alternating between the transports in "
         f"{rounds} blocks. `rag_query` repeats one query, so every timed call is a memo-cache "
         "hit. Timed with `ClientSession.send_request`; the `call_tool` rows add the SDK's own "
-        "client-side validation of the result against the output schema (`jsonschema` "
-        "rebuilds its validator on every call in mcp 1.30, "
-        "[python-sdk#3133](https://github.com/modelcontextprotocol/python-sdk/issues/3133)). "
+        "client-side validation of the result against the output schema. "
         "\"server ms\" is what the server's tool wrapper logged for the same calls. The echo "
         "floors are the same client stacks (an anyio pipe; httpx against uvicorn + Starlette) "
         "talking to a process that only echoes the request, measured in the same rounds: what "
-        "any round trip costs on this machine at this moment. Reference: the published "
+        "any round trip costs on this machine at this moment. Reference: "
         "a published measurement of another MCP server (a Raspberry Pi, rag_health).\n\n"
         + md_table(["tool", "transport", "calls", "P50 ms", "P95 ms", "server P50 ms",
                     "target P50 ms", "reference P50 ms"], rows)
