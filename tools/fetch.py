@@ -34,7 +34,8 @@ class FetchResult:
     title: str
     text: Annotated[str, Field(
         description="The span's lines as they are now (redacted, capped)")]
-    url: Annotated[str, Field(description="file:// URL of the file, with #Lstart-Lend")]
+    url: Annotated[str, Field(description="Web link to the lines for a citation (a forge "
+                                          "permalink), or empty when the repository has none")]
     metadata: Annotated[dict[str, str], Field(
         description="path, lines, kind, language, symbol or heading, and whether the span "
                     "moved (current_id), was truncated or had secrets redacted")]
@@ -59,7 +60,7 @@ def fetch(
         meta["current_id"] = qualify(r.repo, r.id) if deps.multi else r.id
     return FetchResult(id=id, title=span_title(r.path, r.start_line, r.end_line,
                                                r.symbol or r.heading),
-                       text=r.text, url=span_url(deps.repos[r.repo].settings.root, r.path,
+                       text=r.text, url=span_url(deps.repos[r.repo].settings, r.path,
                                                  r.start_line, r.end_line),
                        metadata={k: v for k, v in meta.items() if v != ""})
 
