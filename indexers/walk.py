@@ -16,9 +16,12 @@ counts once; nothing under it is listed):
   tree also gets the ignore files above it, though the root itself is never judged: asking for a
   folder indexes it. The user's global core.excludesFile is not read, so the index does not
   depend on who builds it. A nested repository is walked as a plain folder.
-- files: ``secret`` (see ``secret_file_reason``), ``lock_file``, ``minified``, ``generated`` and
-  ``binary_ext`` by name, ``bad_name`` (not UTF-8); documents (PDF, office formats) pass, to be
-  read or named by the pipeline (``rag_mcp.index.documents``);
+- files: ``secret`` (see ``secret_file_reason``), ``client_config`` (an assistant's MCP
+  configuration, which ``rag-mcp config --write`` may put in the repository, and its backups:
+  indexing it would report the index stale the moment it is written, and it may hold a token),
+  ``lock_file``, ``minified``, ``generated`` and ``binary_ext`` by name, ``bad_name`` (not UTF-8);
+  documents (PDF, office formats) pass, to be read or named by the pipeline
+  (``rag_mcp.index.documents``);
 - after an lstat: ``symlink`` / ``symlink_outside`` (never followed), ``special`` (fifo, socket,
   device), ``empty``, ``too_large``, ``unreadable``.
 Content rules run later on the bytes the pipeline reads: ``check_content``.
@@ -106,6 +109,21 @@ def secret_file_reason(rel: str) -> str | None:
     if name == ".env" or name.startswith(".env.") or name.endswith(".env"):
         return None if _ENV_TEMPLATES.intersection(name.split(".")) else "secret"
     return None
+
+
+#: assistants' project-level MCP configuration files (``rag-mcp config --write`` targets)
+CLIENT_CONFIGS = frozenset({".mcp.json", ".cursor/mcp.json", ".vscode/mcp.json",
+                            ".gemini/settings.json", ".codex/config.toml"})
+#: the backup ``rag-mcp config --write`` makes of a file it changes: ``<name>.bak-<time>``
+_CONFIG_BACKUP = re.compile(r"\.bak-\d{8}-\d{6}$")
+
+
+def client_config_reason(rel: str) -> str | None:
+    """``"client_config"`` for an assistant's MCP configuration file or its backup."""
+    if rel in CLIENT_CONFIGS:
+        return "client_config"
+    base, _, _ = rel.rpartition(".bak-")
+    return "client_config" if base in CLIENT_CONFIGS and _CONFIG_BACKUP.search(rel) else None
 
 
 def _name_reason(name: str) -> str | None:
@@ -287,7 +305,7 @@ class IgnoreMatcher:
             return rule.reason
         if is_dir:
             return None
-        return secret_file_reason(rel) or _name_reason(name)
+        return secret_file_reason(rel) or client_config_reason(rel) or _name_reason(name)
 
     def _stat_reason(self, abs_path: str, st: os.stat_result) -> str | None:
         if stat.S_ISLNK(st.st_mode):

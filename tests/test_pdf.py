@@ -124,8 +124,8 @@ async def test_the_page_is_shown_in_rag_query_and_rag_get_span(
     run_index(s)
     async with in_process(s) as (session, _):
         r = await session.call_tool("rag_query", {"query": "on-call engineer alerts"})
-        assert r.structuredContent is not None
-        hit = r.structuredContent["hits"][0]
+        assert r.structured_content is not None
+        hit = r.structured_content["hits"][0]
         assert hit["page"] == 3 and hit["language"] == "pdf"
         assert "PDF page 3" in text(r)
         got = await session.call_tool("rag_get_span", {"span_id": hit["id"]})

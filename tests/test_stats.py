@@ -16,7 +16,7 @@ from rag_mcp.logjson import LOG_NAME, ToolLog
 from rag_mcp.logstats import parse_since, percentile, render, summarize
 from rag_mcp.serve.__main__ import main
 from rag_mcp.serve.server import build_server
-from tests.mcp_helpers import hash_deps, in_process, text
+from tests.mcp_helpers import connect, hash_deps, in_process, text
 
 HASH = "test-hash-64"
 
@@ -136,15 +136,15 @@ async def test_rag_query_is_logged_with_root_and_spans_and_rag_stats_reads_it(
         names = {t.name for t in (await session.list_tools()).tools}
         assert "rag_stats" in names
         r = await session.call_tool("rag_query", {"query": "parse_span_id", "k": 3})
-        assert r.structuredContent is not None
-        ids = [h["id"] for h in r.structuredContent["hits"]]
+        assert r.structured_content is not None
+        ids = [h["id"] for h in r.structured_content["hits"]]
         await session.call_tool("rag_query", {"query": "parse_span_id", "k": 3})
         line = orjson.loads((s.log_path / LOG_NAME).read_bytes().splitlines()[0])
         assert line["root"] == s.root and line["spans"] == ids
         st = await session.call_tool("rag_stats", {"top": 3})
-        assert not st.isError and st.structuredContent is not None
-        assert st.structuredContent["by_tool"] == {"rag_query": 2}
-        top = st.structuredContent["top_spans"]
+        assert not st.is_error and st.structured_content is not None
+        assert st.structured_content["by_tool"] == {"rag_query": 2}
+        top = st.structured_content["top_spans"]
         assert len(top) == min(3, len(ids))
         assert all(c["key"] in ids and c["count"] == 2 for c in top)  # each returned twice
         assert "parse_span_id" in text(st)
@@ -152,11 +152,10 @@ async def test_rag_query_is_logged_with_root_and_spans_and_rag_stats_reads_it(
 
 @pytest.mark.anyio
 async def test_rag_stats_is_opt_in_and_off_over_http_unless_all(sample_repo: Path) -> None:
-    from mcp.shared.memory import create_connected_server_and_client_session
-
+    
     async def listed(settings: Settings, http: bool) -> set[str]:
-        server = build_server(settings, lambda: hash_deps(settings), connector_tools=http)
-        async with create_connected_server_and_client_session(server) as session:
+        server = build_server(settings, lambda: hash_deps(settings), http=http)
+        async with connect(server) as session:
             return {t.name for t in (await session.list_tools()).tools}
 
     assert "rag_stats" not in await listed(settings_for(sample_repo), http=False)

@@ -8,7 +8,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from mcp.shared.memory import create_connected_server_and_client_session
 
 from indexers.doc_anchors import dokuwiki_section_id, markdown_slug, rst_id
 from indexers.pipeline import run_index
@@ -20,7 +19,7 @@ from rag_mcp.index.spans import Span
 from rag_mcp.search.links import where
 from rag_mcp.search.query import QueryParams
 from rag_mcp.serve.server import build_server
-from tests.mcp_helpers import hash_deps, in_process, text
+from tests.mcp_helpers import connect, hash_deps, in_process, text
 
 HASH = "test-hash-64"
 
@@ -194,8 +193,8 @@ async def test_wiki_hits_carry_page_id_anchor_and_url_end_to_end(tmp_path: Path)
     async with in_process(s) as (session, _):
         r = await session.call_tool("rag_query", {"query": "Tables syntax rows headers",
                                                   "k": 5, "kind": "doc"})
-        assert not r.isError and r.structuredContent is not None
-        hits = r.structuredContent["hits"]
+        assert not r.is_error and r.structured_content is not None
+        hits = r.structured_content["hits"]
         hit = next(h for h in hits if h["anchor"] == "tables")
         assert hit["page_id"] == "wiki:syntax" and hit["language"] == "dokuwiki"
         url = "https://wiki.example.org/doku.php?id=wiki:syntax#tables"
@@ -203,15 +202,15 @@ async def test_wiki_hits_carry_page_id_anchor_and_url_end_to_end(tmp_path: Path)
         assert all(h["path"].startswith(("pages/", "media/")) for h in hits)
         # the page without a heading is a wiki page too, with its page ID
         r = await session.call_tool("rag_query", {"query": "playground", "kind": "doc"})
-        assert r.structuredContent is not None
+        assert r.structured_content is not None
         assert any(h["page_id"] == "playground:playground" and h["language"] == "dokuwiki"
-                   for h in r.structuredContent["hits"])
+                   for h in r.structured_content["hits"])
         got = await session.call_tool("rag_get_span", {"span_id": hit["id"]})
-        assert got.structuredContent is not None and got.structuredContent["url"] == url
+        assert got.structured_content is not None and got.structured_content["url"] == url
         assert "page wiki:syntax#tables" in text(got)
     # ChatGPT's fetch gives the wiki URL instead of a file:// one
     server = build_server(s, lambda: hash_deps(s), connector_tools=True)
-    async with create_connected_server_and_client_session(server) as session:
+    async with connect(server) as session:
         found = json.loads(text(await session.call_tool("search", {"query": "Größe Tabelle"})))
         umlaut = next(x for x in found["results"] if "ueber_uns_groesse" in x["url"])
         doc = json.loads(text(await session.call_tool("fetch", {"id": umlaut["id"]})))

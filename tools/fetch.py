@@ -34,8 +34,9 @@ class FetchResult:
     title: str
     text: Annotated[str, Field(
         description="The span's lines as they are now (redacted, capped)")]
-    url: Annotated[str, Field(description="The page's web URL when the wiki or docs site is "
-                                          "configured, else a file:// URL with #Lstart-Lend")]
+    url: Annotated[str, Field(description="Web link for a citation: the wiki or docs page when "
+                                          "that site is configured, else a forge permalink to "
+                                          "the lines, or empty when the repository has none")]
     metadata: Annotated[dict[str, str], Field(
         description="path, lines, kind, language, symbol or heading, wiki page_id, anchor, "
                     "PDF page, and whether the span moved (current_id), was truncated or had "
@@ -63,8 +64,8 @@ def fetch(
         meta["current_id"] = qualify(r.repo, r.id) if deps.multi else r.id
     return FetchResult(id=id, title=span_title(r.path, r.start_line, r.end_line,
                                                r.symbol or r.heading),
-                       text=r.text, url=r.url or span_url(deps.repos[r.repo].settings.root,
-                                                          r.path, r.start_line, r.end_line),
+                       text=r.text, url=r.url or span_url(deps.repos[r.repo].settings, r.path,
+                                                 r.start_line, r.end_line),
                        metadata={k: v for k, v in meta.items() if v != ""})
 
 

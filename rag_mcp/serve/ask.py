@@ -8,8 +8,7 @@ import os
 import sys
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
 from rag_mcp.config import Settings
@@ -27,18 +26,19 @@ def ask(settings: Settings, query: str, *, k: int = 5, include_text: bool = Fals
     params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ))
 
     async def run() -> CallToolResult:
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            init = await session.initialize()
+        async with Client(params, mode="legacy") as session:
             tools = await session.list_tools()
-            print(f"connected to {init.serverInfo.name} over stdio; tools: "
+            info = session.server_info
+            who = f"{info.name} {info.version}" if info else "the server"
+            print(f"connected to {who} over stdio ({session.protocol_version}); tools: "
                   f"{', '.join(t.name for t in tools.tools)}", file=sys.stderr)
             return await session.call_tool("rag_query", {"query": query, "k": k,
                                                          "include_text": include_text})
 
     result = anyio.run(run)
     text = "".join(c.text for c in result.content if isinstance(c, TextContent))
-    if result.isError:
+    if result.is_error:
         print(text, file=sys.stderr)
         return 1
-    print(json.dumps(result.structuredContent, indent=2) if as_json else text)
+    print(json.dumps(result.structured_content, indent=2) if as_json else text)
     return 0
