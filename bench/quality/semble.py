@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from bench._report import ROOT, WORK, md_table, pct, write_section
+from bench.quality.sets import add_kit_arg, kit_source, use_kit
 
 WORKDIR = WORK / "semble"
 REPOS = WORKDIR / "repos"
@@ -47,13 +48,12 @@ CATEGORIES = ("architecture", "semantic", "symbol")
 
 
 def kit() -> Path:
-    """The evaluation kit's semble folder (``../shared/eval/semble`` of the checkout, or of the
-    main checkout for a git worktree under ``wt/``)."""
-    for base in (ROOT.parent, ROOT.parent.parent):
-        d = base / "shared" / "eval" / "semble"
-        if (d / "scoring.py").exists():
-            return d
-    sys.exit("no evaluation kit: expected ../shared/eval/semble beside the checkout")
+    """The evaluation kit's ``semble/`` folder (the kit named by ``--kit DIR`` or
+    ``RAG_EVAL_KIT``, read in place: nothing in it is written)."""
+    d = kit_source() / "semble"
+    if not (d / "scoring.py").is_file():
+        sys.exit(f"{d} holds no scoring.py: this kit has no semble benchmark")
+    return d
 
 
 def scoring() -> ModuleType:
@@ -107,13 +107,15 @@ def index_repos(specs: list[dict[str, Any]], model: str, backend: str, rebuild: 
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
 
 
-def server_env(spec: dict[str, Any], model: str, backend: str) -> dict[str, str]:
+def server_env(spec: dict[str, Any], model: str, backend: str,
+               extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of one stdio server: the user's defaults (no RAG_* of this shell), this
-    repository's index, and the 10-span budget."""
+    repository's index, the 10-span budget, and ``extra`` (``--env``, for ablations)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
     env.update(HF_HUB_OFFLINE="1", RAG_INDEX_DIR=str(INDEX),
                RAG_COLLECTION=collection(spec, model, backend), RAG_LOG_DIR=str(WORKDIR / "logs"),
                RAG_MAX_SPANS_PER_ANSWER=str(SPANS))
+    env.update(extra or {})
     return env
 
 
@@ -122,7 +124,6 @@ async def ask(spec: dict[str, Any], queries: list[str], env: dict[str, str]
     """Every query of one repository in one MCP session over stdio; each answer's hits and
     latencies (the server's own ``took_ms`` and the client's round trip)."""
     from mcp import ClientSession, StdioServerParameters
-
     from mcp.client.stdio import stdio_client
 
     params = StdioServerParameters(
@@ -147,8 +148,8 @@ async def ask(spec: dict[str, Any], queries: list[str], env: dict[str, str]
     return out
 
 
-def run(specs: list[dict[str, Any]], tasks: list[Any], model: str, backend: str
-        ) -> list[dict[str, Any]]:
+def run(specs: list[dict[str, Any]], tasks: list[Any], model: str, backend: str,
+        extra: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Every task asked through MCP and scored: one row per query."""
     import anyio
 
@@ -157,7 +158,7 @@ def run(specs: list[dict[str, Any]], tasks: list[Any], model: str, backend: str
     for spec in specs:
         mine = [t for t in tasks if t.repo == spec["name"]]
         answers = anyio.run(ask, spec, [t.query for t in mine],
-                            server_env(spec, model, backend))
+                            server_env(spec, model, backend, extra))
         prefix = (spec.get("benchmark_root") or "").strip("/")
         for t, a in zip(mine, answers, strict=True):
             results = [(f"{prefix}/{h['path']}" if prefix else h["path"], h["start_line"],
@@ -240,7 +241,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--label", help="run name (default: rag-mcp, with the model's tag)")
     ap.add_argument("--reindex", action="store_true", help="rebuild every index from scratch")
     ap.add_argument("--no-write", action="store_true", help="do not touch docs/BENCHMARKS.md")
+    ap.add_argument("--no-index", action="store_true",
+                    help="ask the indexes as they are (no update: a chunker change is not applied)")
+    ap.add_argument("--env", action="append", default=[], metavar="RAG_X=VALUE",
+                    help="a setting of the servers (repeatable), e.g. RAG_RANK=false")
+    add_kit_arg(ap)
     a = ap.parse_args(argv)
+    use_kit(a.kit)
     sc = scoring()
     specs_by = sc.load_specs(str(kit()))
     chosen = a.repos.split(",") if a.repos else sorted(specs_by)
@@ -251,12 +258,16 @@ def main(argv: list[str] | None = None) -> None:
     tasks = sc.load_tasks(str(kit()), specs_by, chosen)
     label = a.label or ("rag-mcp" if a.model == DEFAULT_MODEL and a.backend == "onnx-int8"
                         else f"rag-mcp ({tag(a.model, a.backend)})")
+    extra = dict(e.split("=", 1) for e in a.env)
+    if any(not k.startswith("RAG_") for k in extra):
+        ap.error("--env takes RAG_NAME=VALUE")
     unpack()
     t0 = time.perf_counter()
-    index_repos(specs, a.model, a.backend, a.reindex)
+    if not a.no_index:
+        index_repos(specs, a.model, a.backend, a.reindex)
     print(f"indexes ready ({time.perf_counter() - t0:.0f} s); asking {len(tasks)} queries",
           flush=True)
-    rows = run(specs, tasks, a.model, a.backend)
+    rows = run(specs, tasks, a.model, a.backend, extra)
     text, stats = tables(rows, label)
     print(text)
     RUNS.mkdir(parents=True, exist_ok=True)
@@ -264,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     out.write_text(json.dumps({"label": label, "model": a.model, "backend": a.backend,
                                "summary": stats, "rows": rows}, indent=1), encoding="utf-8")
     print(f"saved {out}")
-    if not a.no_write and not a.repos:
+    if not a.no_write and not a.repos and not extra:
         write_section("semble", intro(label, len(rows), len(specs)) + "\n\n" + text)
 
 
