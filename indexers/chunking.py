@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
@@ -10,7 +11,7 @@ from rag_mcp.index.spans import Chunk, split_lines
 
 # Bumped when the mapping from file to chunks changes in this module; the code and docs
 # chunkers carry their own versions.
-DISPATCH_VERSION = "3"
+DISPATCH_VERSION = "4"
 CHUNKER_VERSION = (
     f"{code.CHUNKER_VERSION}+docs-{docs.DOCS_CHUNKER_VERSION}+dispatch-{DISPATCH_VERSION}"
 )
@@ -39,6 +40,23 @@ OTHER_CODE_NAMES = {
 
 
 CODE_NAMES = frozenset(lang.name for lang in languages.CODE_LANGUAGES)
+
+# ``.h`` is C's suffix and C++'s: a header written in C++ says so in its text. Constructs C has
+# no way to write, at the start of a line (so not in a C comment's prose, mostly): a namespace
+# or template, an access label, ``using namespace``, a suffix-less standard include
+# (``<string>``; C's all end in ``.h``), or ``std::``. A C header's ``extern "C"`` guard for C++
+# readers matches none of them.
+_CPP_HEADER = re.compile(
+    r"^[ \t]*(?:namespace\b[\w: ]*\{|template[ \t]*<|(?:public|private|protected)[ \t]*:"
+    r"|using[ \t]+namespace\b|#[ \t]*include[ \t]*<[a-z_]+>)|\bstd::\w",
+    re.MULTILINE)
+
+
+def header_language(rel: str, language: str, text: str) -> str:
+    """``cpp`` for a ``.h`` file written in C++, else ``language``."""
+    if language == "c" and rel.lower().endswith(".h") and _CPP_HEADER.search(text):
+        return "cpp"
+    return language
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +126,7 @@ def chunk_file(rel: str, text: str, *, budget_chars: int, window_lines: int,
     ``page_id``: the file is the DokuWiki page with this ID (``indexers.wiki``)."""
     lines = split_lines(text)
     language, kind = classify(rel, text[:4096], wiki_page=bool(page_id))
+    language = header_language(rel, language, text)
     fallback = ""
     chunks: list[Chunk] | None = None
     if kind == "code" and language in CODE_NAMES:

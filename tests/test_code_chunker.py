@@ -553,6 +553,48 @@ def test_a_script_without_a_suffix_is_parsed_by_its_shebang() -> None:
     assert classify("LICENSE", "Copyright (c) 2024\n")[0] != "bash"
 
 
+CPP_HEADER = """// A C++ header named .h, as many projects name theirs.
+#include <string>
+
+namespace fmt {
+template <typename T> class buffer {
+ public:
+  explicit buffer(T* data) : data_(data) {}
+  T* data() { return data_; }
+
+ private:
+  T* data_;
+};
+}  // namespace fmt
+"""
+C_HEADER = """#ifndef UV_H
+#define UV_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include <stddef.h>
+
+/* A C header: its guard for C++ readers is no C++. */
+typedef struct uv_loop_s uv_loop_t;
+int uv_run(uv_loop_t* loop);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
+"""
+
+
+def test_a_cpp_header_named_h_is_parsed_as_cpp() -> None:
+    cpp = chunk_file("include/fmt/base.h", CPP_HEADER, budget_chars=1500, window_lines=40,
+                     window_overlap=0)
+    assert (cpp.language, cpp.fallback) == ("cpp", "")
+    assert any((c.symbol or "").endswith("buffer") for c in cpp.chunks)
+    c = chunk_file("include/uv.h", C_HEADER, budget_chars=1500, window_lines=40,
+                   window_overlap=0)
+    assert (c.language, c.fallback) == ("c", "")
+
+
 def test_every_language_has_a_query_with_blocks_and_a_fixture() -> None:
     for lang in CODE_LANGUAGES:
         loaded = grammar(lang.name)
