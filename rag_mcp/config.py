@@ -98,6 +98,7 @@ class Settings:
                                         lo=1, hi=100_000)]
     test_penalty: Annotated[float, Knob("query.test_penalty", "RAG_TEST_PENALTY",
                                         lo=0.0, hi=1.0)]
+    rank: Annotated[bool, Knob("query.rank", "RAG_RANK")]
     rerank: Annotated[bool, Knob("query.rerank", "RAG_RERANK", "--rerank")]
     reranker_model: Annotated[str, Knob("query.reranker_model", "RAG_RERANKER_MODEL")]
     rerank_candidates: Annotated[int, Knob("query.rerank_candidates", "RAG_RERANK_CANDIDATES",

@@ -34,6 +34,7 @@ from rag_mcp.search.fusion import (
     rrf,
     shift_score,
 )
+from rag_mcp.search.rank import ranked
 
 LANGUAGE_ALIASES = {
     "py": "python", "js": "javascript", "ts": "typescript", "md": "markdown", "c#": "c_sharp",
@@ -214,6 +215,8 @@ class Retriever:
                           penalty)
         coverage = lexical_coverage(idx.lexical, tokens) if tokens else 1.0
         hits = with_coverage(hits, cal, coverage)
+        if fusion == "convex" and self.handle.settings.rank:
+            hits = ranked(text, hits)
         timings["fusion_ms"] = (time.perf_counter() - t3) * 1000
         return Retrieval(hits, idx, cal, timings, coverage)
 

@@ -1,0 +1,313 @@
+"""The ranking stage: what a code search engine knows about a candidate and an embedding does not.
+
+The fusion (``search.fusion``) scores each candidate span alone, by its cosine and its BM25. A
+code search engine knows more: which identifier a query names and which span *defines* it, what
+kind of definition that is, which file a span lives in and how much of the pool that file holds,
+whether the query asks about documentation or about code, and that ten answers from ten places
+beat ten slices of one file. This stage adds that evidence to the fused score of the pool's
+candidates and reorders them; the calibrated score each hit carries (and so ``tau``) stays the
+fusion's, as with the cross-encoder (``search.rerank``).
+
+Every rule is about the query's words and the candidate's name, kind and path; none knows a
+repository, a language or a query. The weights are few, fitted on the evaluation kit's sets and
+semble's code-search benchmark together (``bench/quality/semble.py``; docs/BENCHMARKS.md has the
+ablation of each), on the scale of the fused score (a cosine-weighted sum in [0, 1]):
+
+* ``name`` — the span defines an identifier the query names: the whole query is one identifier
+  (``Router``, ``serde::Deserialize``, ``Session.request``), or a sentence quotes one written
+  like code (``parse_span_id``, ``FromRequest``). Exact (last component, or the whole qualified
+  name at a ``.`` boundary) gets the weight, a case-insensitive match half of it; a type
+  definition (class, struct, interface, trait, enum, ...) ``name_type`` more, since a bare
+  type name asks for the type rather than a function of the same name; a file named after the
+  identifier (``router.go`` for ``Router``) gets ``name_file``.
+* ``path`` — the share of the query's content words that name the span's file or folder
+  (``middleware`` in ``middleware/logger.go``): for a question in words, where the file is
+  often the answer (an architecture question is about a module).
+* ``file`` — file-level evidence: a file whose spans crowd the top of the pool is the subject of
+  the question. Each file's evidence is the sum of its spans' scores within ``FILE_BAND`` of the
+  best one; its best span gets ``file`` times that sum over the best file's.
+* ``docs`` — documentation and plain-text spans lose this for a query that does not ask about
+  docs (no "readme", "docs", "guide", "install", "example", ...): a README restates what the
+  code does in the question's own words and outranks the code that answers it. ``docs_symbol``
+  more when the query is a bare identifier. A changelog (CHANGES, HISTORY, NEWS, ...) loses
+  ``changelog``: it names every identifier once, which makes it a lexical match for anything.
+* ``spread`` — diversity: a candidate from a file that already has ``SPREAD_FREE`` answers
+  above it loses ``spread`` per such answer, unless it would join one of them
+  (``search.join`` returns adjacent spans as one range, which costs no slot).
+
+Tests keep the fusion's own demotion (``query.test_penalty``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rag_mcp.index.lexical import STOP_WORDS, split_identifier
+from rag_mcp.index.spans import is_test_code
+
+if TYPE_CHECKING:
+    from rag_mcp.search.retrieve import Hit
+
+#: an identifier, possibly qualified (``a.b``, ``a::b``, ``a->b``, ``A\\B``, ``A#b``)
+IDENT = re.compile(r"[A-Za-z_$][\w$]*(?:(?:::|\.|->|\\|#)[A-Za-z_$][\w$]*)*")
+#: written like code: an inner capital, an underscore, or a qualifier
+CODE_LIKE = re.compile(r"[a-z0-9][A-Z]|[A-Z][a-z0-9]+[A-Z]|\w_\w|::|\w\.\w|->")
+QUALIFIER = re.compile(r"::|\.|->|\\|#")
+#: definition kinds that are types (a bare type name asks for the type)
+TYPE_KINDS = frozenset({"class", "struct", "interface", "trait", "enum", "type", "union",
+                        "record", "object", "protocol", "module", "namespace", "impl"})
+CHANGELOG = re.compile(r"(?i)^(changelog|changes|history|news|release[-_ ]?notes|releases)$")
+TEST_WORDS = frozenset({"test", "tests", "testing", "tested", "unittest", "spec", "specs",
+                        "mock", "mocks", "fixture", "fixtures"})
+#: query words that ask for documentation rather than code
+DOC_WORDS = frozenset({"doc", "docs", "documentation", "documented", "readme", "guide",
+                       "tutorial", "example", "examples", "changelog", "install",
+                       "installation", "usage", "faq", "license", "contributing"})
+WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+#: question words that carry no content (beyond the lexical index's stop words)
+FRAME_WORDS = frozenset({"does", "do", "are", "how", "can", "should", "use", "used", "using"})
+#: a file's evidence counts its spans within this much of the pool's best score
+FILE_BAND = 0.2
+#: answers a file may have before the spread penalty starts
+SPREAD_FREE = 1
+#: the candidates the stage reorders (the fusion's order beyond)
+DEPTH = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """The stage's weights, on the fused score's scale (module docstring)."""
+
+    name: float = 0.3
+    name_sentence: float = 0.0
+    name_type: float = 0.1
+    name_file: float = 0.15
+    path: float = 0.15
+    file: float = 0.15
+    docs: float = 0.1
+    docs_symbol: float = 0.2
+    changelog: float = 0.15
+    spread: float = 0.1
+    tests: float = 0.0
+    stem_cover: float = 0.0
+
+
+DEFAULT = Weights()
+#: every weight 0: the fusion's order as it is
+OFF = Weights(**{f: 0.0 for f in Weights.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """What the stage reads of one fused candidate."""
+
+    path: str
+    start_line: int
+    end_line: int
+    kind: str  # code, doc or text
+    symbol: str | None
+    definition: str  # the definition kind ("class", "function", ...), "" if none
+    score: float  # the fusion's raw score
+    test: bool = False  # test code (``index.spans.is_test_code``)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryIntent:
+    """What the query asks for, read once per query."""
+
+    names: frozenset[str]  # identifiers it names (last components and qualified forms)
+    bare: bool  # the whole query is one identifier
+    words: frozenset[str]  # its content words, lower case (split identifiers)
+    docs: bool  # it asks about documentation
+    tests: bool = False  # it asks about tests
+
+
+def intent(query: str) -> QueryIntent:
+    q = query.strip()
+    bare = " " not in q and IDENT.fullmatch(q) is not None
+    named = [q] if bare else [m for m in IDENT.findall(q) if len(m) > 2 and CODE_LIKE.search(m)]
+    names: set[str] = set()
+    for n in named:
+        dotted = QUALIFIER.sub(".", n).strip(".")
+        names.add(dotted)
+        names.add(dotted.rsplit(".", 1)[-1])
+    words: set[str] = set()
+    for w in WORD.findall(q):
+        for p in split_identifier(w) if not w.islower() else [w.lower()]:
+            if len(p) > 2 and p not in STOP_WORDS and p not in FRAME_WORDS:
+                words.add(p)
+    docs = not DOC_WORDS.isdisjoint(w.lower() for w in WORD.findall(q))
+    tests = not TEST_WORDS.isdisjoint(w.lower() for w in WORD.findall(q))
+    return QueryIntent(frozenset(names), bare, frozenset(words), docs, tests)
+
+
+FAMILY = True
+
+
+def _family(path: str) -> str:
+    """``a/SqlMapper.Async.cs`` -> ``a/SqlMapper``: the file a partial file belongs to."""
+    head, _, name = path.rpartition("/")
+    return (head + "/" if head else "") + name.split(".", 1)[0]
+
+
+def _stem(path: str) -> str:
+    """A file's name without its last suffix (``SqlMapper.Async.cs`` -> ``SqlMapper.Async``)."""
+    name = path.rsplit("/", 1)[-1]
+    return name.rsplit(".", 1)[0] if "." in name[1:] else name
+
+
+def _path_words(path: str) -> set[str]:
+    """Words of a file's name and its folder's: ``middleware/request_id.go`` -> request, id,
+    requestid, middleware."""
+    parts = path.split("/")
+    stem = _stem(path)
+    out = set(split_identifier(re.sub(r"[-.]", "_", stem)))
+    out.add(re.sub(r"[-_.]", "", stem.lower()))
+    if len(parts) > 1:
+        out.update(split_identifier(parts[-2].replace("-", "_")))
+    return {p for p in out if p}
+
+
+def _word_match(a: str, b: str) -> bool:
+    """Two words that are the same or one a prefix of the other (route/router, serial/
+    serializer), the shorter at least 3 letters, or sharing a 5-letter beginning."""
+    if a == b:
+        return True
+    short, long_ = (a, b) if len(a) <= len(b) else (b, a)
+    if len(short) >= 3 and long_.startswith(short):
+        return True
+    return len(short) >= 5 and long_[:5] == short[:5]
+
+
+def name_evidence(c: Candidate, q: QueryIntent, w: Weights) -> float:
+    """What naming the span's identifier (or its file) earns."""
+    if not q.names or c.kind != "code":
+        return 0.0
+    s = 0.0
+    sym = QUALIFIER.sub(".", c.symbol or "")
+    last = sym.rsplit(".", 1)[-1]
+    lowered = {n.lower() for n in q.names}
+    if sym and (last in q.names or any(sym.endswith("." + n) or sym == n for n in q.names)):
+        s += w.name + (w.name_type if c.definition in TYPE_KINDS else 0.0)
+    elif sym and last.lower() in lowered:
+        s += w.name / 2
+    stem = re.sub(r"[-_]", "", _stem(c.path).lower())
+    if stem in lowered or stem.rstrip("s") in lowered:
+        s += w.name_file
+    return s
+
+
+def base_evidence(c: Candidate, q: QueryIntent, w: Weights) -> float:
+    """The candidate's own evidence: names, path words, docs intent, changelogs."""
+    s = c.score
+    if q.bare or q.names:
+        s += name_evidence(c, q, w) * (1.0 if q.bare else w.name_sentence)
+    if q.words and not q.bare and w.path:
+        pw = _path_words(c.path)
+        s += w.path * sum(any(_word_match(k, x) for x in pw) for k in q.words) / len(q.words)
+        if w.stem_cover:
+            sw = [x for x in split_identifier(re.sub(r"[-.]", "_", _stem(c.path)))
+                  if len(x) > 2 and x not in STOP_WORDS]
+            if sw:
+                s += w.stem_cover * sum(any(_word_match(k, x) for k in q.words)
+                                        for x in sw) / len(sw)
+    if c.test and not q.tests:
+        s -= w.tests
+    if c.kind != "code":
+        if CHANGELOG.match(_stem(c.path)):
+            s -= w.changelog
+        if not q.docs:
+            s -= w.docs + (w.docs_symbol if q.bare else 0.0)
+    return s
+
+
+def file_evidence(cands: Sequence[Candidate], scores: list[float], w: Weights) -> None:
+    """Add each file's share of the pool's top to its best span (in place)."""
+    if not w.file or not scores:
+        return
+    floor = max(scores) - FILE_BAND
+    mass: dict[str, float] = defaultdict(float)
+    lead: dict[str, int] = {}
+    for i, c in enumerate(cands):
+        mass[c.path] += max(0.0, scores[i] - floor)
+        if c.path not in lead or scores[i] > scores[lead[c.path]]:
+            lead[c.path] = i
+    if FAMILY:
+        # a partial file (SqlMapper.Async.cs) lends its evidence to its base (SqlMapper.cs)
+        extra: dict[str, float] = defaultdict(float)
+        for path, m in mass.items():
+            b = _family(path) + "." + path.rsplit(".", 1)[-1]
+            if b != path and b in mass:
+                extra[b] += m
+        for b, m in extra.items():
+            mass[b] += m
+    best = max(mass.values()) or 1.0
+    for path, i in lead.items():
+        scores[i] += w.file * mass[path] / best
+
+
+def spread(cands: Sequence[Candidate], scores: list[float], w: Weights, gap: int = 3,
+           max_lines: int = 150) -> list[int]:
+    """The order by score, a file's answers beyond ``SPREAD_FREE`` penalised by ``w.spread``
+    each (greedy); a candidate that would join an answer of its file is not penalised."""
+    order = sorted(range(len(cands)), key=lambda i: -scores[i])
+    if not w.spread:
+        return order
+    ranges: dict[str, list[list[int]]] = defaultdict(list)
+    out: list[int] = []
+    rest = order
+    while rest:
+        def effective(i: int) -> float:
+            c = cands[i]
+            if _joins(ranges[c.path], c, gap, max_lines) is not None:
+                return scores[i]
+            return scores[i] - w.spread * max(0, len(ranges[c.path]) - SPREAD_FREE + 1)
+
+        j = max(range(len(rest)), key=lambda x: (effective(rest[x]), -x))
+        i = rest.pop(j)
+        c = cands[i]
+        r = _joins(ranges[c.path], c, gap, max_lines)
+        if r is None:
+            ranges[c.path].append([c.start_line, c.end_line])
+        else:
+            r[0], r[1] = min(r[0], c.start_line), max(r[1], c.end_line)
+        out.append(i)
+        if len(out) >= 2 * DEPTH // 5:  # past the answers any k reaches: keep the order
+            out.extend(sorted(rest, key=lambda x: -scores[x]))
+            break
+    return out
+
+
+def _joins(ranges: list[list[int]], c: Candidate, gap: int, max_lines: int) -> list[int] | None:
+    for r in ranges:
+        if (c.start_line <= r[1] + gap + 1 and c.end_line >= r[0] - gap - 1
+                and max(r[1], c.end_line) - min(r[0], c.start_line) < max_lines):
+            return r
+    return None
+
+
+def rank(query: str, cands: Sequence[Candidate], w: Weights = DEFAULT) -> list[int]:
+    """The new order of ``cands`` (given in the fusion's order) as indexes into it: the first
+    ``DEPTH`` reordered by the stage's evidence, the rest as they were."""
+    head = list(cands[:DEPTH])
+    if not head or w == OFF:
+        return list(range(len(cands)))
+    q = intent(query)
+    scores = [base_evidence(c, q, w) for c in head]
+    file_evidence(head, scores, w)
+    return spread(head, scores, w) + list(range(len(head), len(cands)))
+
+
+def candidate(hit: Hit) -> Candidate:
+    sp = hit.span
+    return Candidate(sp.path, sp.start_line, sp.end_line, sp.kind, sp.symbol,
+                     dict(sp.meta).get("def", ""), hit.raw, is_test_code(sp.path, sp.symbol))
+
+
+def ranked(query: str, hits: list[Hit], w: Weights = DEFAULT) -> list[Hit]:
+    """``hits`` (in the fusion's order) in the stage's order; each keeps its own scores."""
+    return [hits[i] for i in rank(query, [candidate(h) for h in hits], w)]

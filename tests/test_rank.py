@@ -1,0 +1,173 @@
+"""The ranking stage (rag_mcp/search/rank.py): a symbol query ranks its definition first, a
+question about code gets the code before the README that restates it, answers spread over
+files, and every rule can be switched off (``query.rank = false`` keeps the fusion's order)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rag_mcp.config import load_settings
+from rag_mcp.deps import build_deps
+from rag_mcp.search import rank as R
+from rag_mcp.search.retrieve import Filters
+
+HASH_MODEL = "test-hash-64"
+
+
+def _order(root: Path, query: str, rank: bool) -> list[tuple[str, str]]:
+    r = build_deps(load_settings({"root": str(root), "rank": rank})).repo().retriever
+    return [(h.span.path, h.span.label) for h in r.retrieve(query, Filters()).hits]
+
+
+@pytest.fixture
+def indexed(make_repo: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+            ) -> Callable[[dict[str, str]], Path]:
+    from indexers.pipeline import run_index
+
+    monkeypatch.setenv("RAG_EMBED_MODEL", HASH_MODEL)
+
+    def make(files: dict[str, str]) -> Path:
+        root = make_repo(files)
+        run_index(load_settings({"root": str(root)}))
+        return root
+
+    return make
+
+
+SESSION_REPO = {
+    "src/sessions.py": '''
+        class Session:
+            """A connection pool with cookies and default headers."""
+
+            def __init__(self):
+                self.cookies = {}
+                self.headers = {}
+
+            def close(self):
+                self.cookies.clear()
+        ''',
+    "src/api.py": '''
+        from .sessions import Session
+
+
+        def session():
+            """A new Session. Session objects keep cookies; prefer a Session over one-off calls."""
+            return Session()
+
+
+        def request(method, url):
+            """Send a request with a throwaway session: session = Session(), session.close()."""
+            session = Session()
+            try:
+                return session
+            finally:
+                session.close()
+        ''',
+}
+
+
+def test_a_symbol_query_ranks_its_definition_first(indexed: Callable[..., Path]) -> None:
+    root = indexed(SESSION_REPO)
+    fused = _order(root, "Session", rank=False)
+    ranked = _order(root, "Session", rank=True)
+    # the fusion alone puts a span that only uses the name first (this is what the stage fixes)
+    assert fused[0] != ("src/sessions.py", "Session"), fused
+    assert ranked[0] == ("src/sessions.py", "Session"), ranked
+    assert sorted(fused) == sorted(ranked)  # reordered, nothing added or lost
+    # a qualified name finds the method, a function of the same name stays below the class
+    assert _order(root, "Session.close", rank=True)[0] == ("src/sessions.py", "Session.close")
+
+
+README_REPO = {
+    "README.md": '''
+        # retrykit
+
+        ## Retrying failed requests
+
+        The client retries failed requests with exponential backoff: each retry of a failed
+        request waits twice as long as the one before, up to the maximum number of attempts.
+        ''',
+    "src/retrykit/backoff.py": '''
+        import time
+
+
+        def call_with_backoff(send, attempts=5, base=0.5):
+            """Retry send() after a failed request, with exponential backoff."""
+            for n in range(attempts):
+                try:
+                    return send()
+                except ConnectionError:
+                    time.sleep(base * 2 ** n)
+            raise ConnectionError("gave up")
+        ''',
+    "src/retrykit/client.py": '''
+        from .backoff import call_with_backoff
+
+
+        class Client:
+            def get(self, url):
+                return call_with_backoff(lambda: self.transport.get(url))
+        ''',
+}
+
+
+def test_a_code_question_gets_the_code_before_the_readme(indexed: Callable[..., Path]) -> None:
+    root = indexed(README_REPO)
+    q = "how does the client retry failed requests with exponential backoff"
+    fused = _order(root, q, rank=False)
+    ranked = _order(root, q, rank=True)
+    assert fused[0][0] == "README.md", fused  # the README restates the question's words
+    assert ranked[0][0].startswith("src/retrykit/"), ranked
+    # a question that asks for the docs still gets them first
+    assert _order(root, "readme section on retrying failed requests", rank=True)[0][0] \
+        == "README.md"
+
+
+def test_intent_reads_names_words_and_docs() -> None:
+    q = R.intent("Router")
+    assert q.bare and q.names == {"Router"}
+    q = R.intent("serde::de::Deserialize")
+    assert q.bare and {"serde.de.Deserialize", "Deserialize"} <= q.names
+    q = R.intent("where is parse_span_id called from the CLI")
+    assert not q.bare and "parse_span_id" in q.names and "CLI" not in q.names
+    assert {"parse", "span", "called", "cli"} <= q.words and "where" not in q.words
+    assert R.intent("installation guide for the server").docs
+    assert not R.intent("how is the server started").docs
+    assert R.intent("which tests cover the parser").tests
+
+
+def _c(path: str, score: float, start: int = 1, end: int = 10, symbol: str | None = None,
+       kind: str = "code", definition: str = "") -> R.Candidate:
+    return R.Candidate(path, start, end, kind, symbol, definition, score)
+
+
+def test_definitions_files_changelogs_and_spread() -> None:
+    # an exact definition beats a higher fused score; a type beats a function of the same name
+    cands = [_c("src/api.py", 0.60, symbol="session", definition="function"),
+             _c("src/use.py", 0.58),
+             _c("src/models.py", 0.50, symbol="Session", definition="class")]
+    assert [cands[i].path for i in R.rank("Session", cands)][0] == "src/models.py"
+    # a changelog that names everything loses to the code
+    cands = [_c("CHANGES.md", 0.6, kind="doc"), _c("src/parser.py", 0.5)]
+    assert R.rank("which changes in the parser", cands)[0] == 1
+    # five spans of one file and one of another: the other file gets a slot in the first two
+    cands = [_c("a.py", 0.60 - i / 100, start=1 + 20 * i, end=10 + 20 * i) for i in range(5)]
+    cands.append(_c("b.py", 0.55))
+    order = R.rank("some question about parsing", cands)
+    assert 5 in order[:2]
+    # ... unless the spans of one file are adjacent (they are answered as one range)
+    adjacent = [_c("a.py", 0.60 - i / 100, start=1 + 10 * i, end=10 + 10 * i) for i in range(5)]
+    order = R.rank("some question about parsing", [*adjacent, _c("b.py", 0.50)])
+    assert order[:5] == [0, 1, 2, 3, 4]
+    # every weight 0: the fusion's order
+    assert R.rank("Session", cands, R.OFF) == list(range(len(cands)))
+
+
+def test_a_partial_file_lends_its_evidence_to_its_base_file() -> None:
+    cands = [_c("src/Mapper.Rows.cs", 0.60), _c("src/Mapper.Cache.cs", 0.59),
+             _c("src/Mapper.cs", 0.58), _c("src/Other.cs", 0.585)]
+    order = [cands[i].path for i in R.rank("how rows are mapped and cached", cands)]
+    assert order.index("src/Mapper.cs") < order.index("src/Other.cs")
