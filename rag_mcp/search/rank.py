@@ -68,6 +68,16 @@ DOC_WORDS = frozenset({"doc", "docs", "documentation", "documented", "readme", "
                        "tutorial", "example", "examples", "changelog", "install",
                        "installation", "usage", "faq", "license", "contributing"})
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+#: a question about how the code works, rather than how to use it ("how does X parse",
+#: "how the router matches", "where is X implemented"); "how do I" / "how to" are a user's
+CODE_QUESTION = re.compile(
+    r"(?i)^\s*(?:how\s+(?!do\s+i\b|to\b|can\s+i\b|should\s+i\b|would\s+i\b)|where\s+(?:is|are|does)"
+    r"\b|which\s+(?:function|method|class|module|file|code)\b)")
+#: words that name code rather than prose
+CODE_WORDS = frozenset({"function", "functions", "method", "methods", "class", "classes",
+                        "implementation", "implemented", "implements", "internally", "struct",
+                        "interface", "trait", "handler", "called", "calls", "callback",
+                        "constructor", "signature", "returns"})
 #: question words that carry no content (beyond the lexical index's stop words)
 FRAME_WORDS = frozenset({"does", "do", "are", "how", "can", "should", "use", "used", "using"})
 #: a file's evidence counts its spans within this much of the pool's best score
@@ -88,8 +98,8 @@ class Weights:
     name_file: float = 0.15
     path: float = 0.15
     file: float = 0.15
-    docs: float = 0.1
-    docs_symbol: float = 0.2
+    docs: float = 0.15
+    docs_symbol: float = 0.1
     changelog: float = 0.15
     spread: float = 0.1
     tests: float = 0.0
@@ -123,6 +133,7 @@ class QueryIntent:
     bare: bool  # the whole query is one identifier
     words: frozenset[str]  # its content words, lower case (split identifiers)
     docs: bool  # it asks about documentation
+    code: bool = False  # it asks about code: names an identifier, or how the code works
     tests: bool = False  # it asks about tests
 
 
@@ -141,8 +152,11 @@ def intent(query: str) -> QueryIntent:
             if len(p) > 2 and p not in STOP_WORDS and p not in FRAME_WORDS:
                 words.add(p)
     docs = not DOC_WORDS.isdisjoint(w.lower() for w in WORD.findall(q))
-    tests = not TEST_WORDS.isdisjoint(w.lower() for w in WORD.findall(q))
-    return QueryIntent(frozenset(names), bare, frozenset(words), docs, tests)
+    lowered = {w.lower() for w in WORD.findall(q)}
+    tests = not TEST_WORDS.isdisjoint(lowered)
+    code = not docs and (bool(names) or CODE_QUESTION.match(q) is not None
+                         or not CODE_WORDS.isdisjoint(lowered))
+    return QueryIntent(frozenset(names), bare, frozenset(words), docs, code, tests)
 
 
 FAMILY = True
@@ -220,7 +234,7 @@ def base_evidence(c: Candidate, q: QueryIntent, w: Weights) -> float:
     if c.kind != "code":
         if CHANGELOG.match(_stem(c.path)):
             s -= w.changelog
-        if not q.docs:
+        if q.code:
             s -= w.docs + (w.docs_symbol if q.bare else 0.0)
     return s
 

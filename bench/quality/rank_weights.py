@@ -1,0 +1,201 @@
+"""The ranking stage's weights: ablations and the fit, over cached candidate pools.
+
+The ranking stage (rag_mcp/search/rank.py) reorders the fusion's candidates. To weigh its rules
+without re-asking a server per setting, every query's candidate pool is taken once through the
+real retriever with the stage off (``query.rank = false``; the fusion's order, scores, names,
+kinds and paths) and cached in ``bench/.work/rank/``; then ``rank.rank`` runs over the pools with
+each setting, the same join as rag_query (``search.join``) makes the top 10, and each benchmark
+scores it with its own rule: semble's NDCG@10 (bench/quality/semble.py, the mean over
+repositories) and the kit sets' MRR@10 (rag-eval's rule). The end-to-end numbers through MCP are
+bench/quality/semble.py's and bench/quality/retrieval.py's; this script chooses and explains.
+
+    .venv/bin/python -m bench.quality.rank_weights [--sets docs,cosqa,docstring] [--fit]
+        [--no-write]
+
+Writes the "rank-ablation" section of docs/BENCHMARKS.md: the stage off, on, and on with each
+rule off, per benchmark. ``--fit`` also prints a coordinate search over the weights (each one
+scaled by 0, 0.5, 1.5 and 2 in turn, kept when the semble NDCG@10 rises by more than 0.002 and
+no kit set loses more than 0.002), which is how the defaults were chosen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+from typing import Any
+
+from bench._report import WORK, md_table, write_section
+from bench.quality import semble as S
+from bench.quality.sets import add_kit_arg, load_set, settings_for, use_kit
+from rag_mcp.search import rank as R
+from rag_mcp.search.join import Placed, plan_joins
+
+POOLS = WORK / "rank" / "pools"
+KIT_SETS = ("docs", "cosqa", "docstring")
+JOIN_GAP, JOIN_MAX_LINES = 3, 150  # configs/default.toml's query.join_gap / join_max_lines
+
+
+def _dump(settings: Any, queries: list[tuple[str, str]], out: Path) -> dict[str, Any]:
+    """Every query's candidates in the fusion's order (the stage off), cached per generation."""
+    from rag_mcp.deps import build_deps
+    from rag_mcp.search.retrieve import Filters
+
+    deps = build_deps(replace(settings, rank=False))
+    try:
+        retriever = deps.repo().retriever
+        gen = retriever.handle.get().generation
+        if out.exists():
+            cached: dict[str, Any] = pickle.loads(out.read_bytes())
+            if cached["generation"] == gen and len(cached["queries"]) == len(queries):
+                return cached
+        rows = []
+        for qid, text in queries:
+            hits = retriever.retrieve(text, Filters()).hits
+            rows.append({"qid": qid, "query": text, "cands": [R.candidate(h) for h in hits]})
+    finally:
+        deps.close()
+    data = {"generation": gen, "queries": rows}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(pickle.dumps(data))
+    return data
+
+
+def semble_pools() -> tuple[Any, dict[str, Any], list[tuple[dict[str, Any], dict[str, Any]]]]:
+    from rag_mcp.config import load_settings
+
+    sc = S.scoring()
+    specs = sc.load_specs(str(S.kit()))
+    tasks = {t.qid: t for t in sc.load_tasks(str(S.kit()), specs)}
+    pools = []
+    for name, spec in sorted(specs.items()):
+        s = load_settings({"root": str(S.root_of(spec)), "index_dir": str(S.INDEX),
+                           "collection": S.collection(spec, S.DEFAULT_MODEL, "onnx-int8"),
+                           "log_dir": str(S.WORKDIR / "logs")}, environ={})
+        qs = [(t.qid, t.query) for t in tasks.values() if t.repo == name]
+        pools.append((spec, _dump(s, qs, POOLS / f"semble-{name}.pkl")))
+    return sc, tasks, pools
+
+
+def kit_pools(sets: list[str]) -> list[tuple[Any, str, dict[str, Any]]]:
+    out = []
+    for name in sets:
+        ev = load_set(name)
+        for sub in ev.corpora:
+            qs = [(q["id"], q["query"]) for q in ev.queries if q.get("corpus", "") == sub]
+            tag = sub.split("/")[0] or "corpus"
+            out.append((ev, sub, _dump(settings_for(ev, sub, "onnx-int8"), qs,
+                                       POOLS / f"kit-{name}-{tag}.pkl")))
+    return out
+
+
+def top10(query: str, cands: list[R.Candidate], w: R.Weights) -> list[tuple[str, int, int]]:
+    """rag_query's first 10 answers: the stage's order, adjacent spans joined."""
+    order = [cands[i] for i in R.rank(query, cands, w)]
+    groups = plan_joins([Placed(c.path, c.start_line, c.end_line) for c in order], 20,
+                        gap=JOIN_GAP, max_lines=JOIN_MAX_LINES)
+    return [(order[g[0]].path, min(order[i].start_line for i in g),
+             max(order[i].end_line for i in g)) for g in groups[:10]]
+
+
+def score_semble(w: R.Weights, sc: Any, tasks: dict[str, Any],
+                 pools: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    rows = []
+    for spec, pool in pools:
+        prefix = (spec.get("benchmark_root") or "").strip("/")
+        for q in pool["queries"]:
+            t = tasks[q["qid"]]
+            res = [(f"{prefix}/{p}" if prefix else p, s, e)
+                   for p, s, e in top10(q["query"], q["cands"], w)]
+            rows.append({"repo": t.repo, "language": t.language, "category": t.category,
+                         "ndcg10": sc.score_task(t, res)["ndcg10"]})
+    summary: dict[str, Any] = sc.summarize(sc.per_repo(rows), rows)
+    return summary
+
+
+def score_kit(w: R.Weights, pools: list[tuple[Any, str, dict[str, Any]]]) -> dict[str, float]:
+    from rag_mcp.eval.metrics import LineSpan, score_query
+
+    per: dict[str, list[float]] = {}
+    for ev, _sub, pool in pools:
+        gold = {q["id"]: [LineSpan.of(g) for g in q["gold"]] for q in ev.queries}
+        for q in pool["queries"]:
+            res = [LineSpan(p, s, e) for p, s, e in top10(q["query"], q["cands"], w)]
+            per.setdefault(ev.name, []).append(score_query(gold[q["qid"]], res)["MRR@10"])
+    return {n: sum(v) / len(v) for n, v in per.items()}
+
+
+def variants() -> list[tuple[str, R.Weights]]:
+    d = R.DEFAULT
+    out = [("off (the fusion's order)", R.OFF), ("on (default)", d)]
+    groups = {"names (name, name_type, name_file, docs_symbol)":
+              dict(name=0.0, name_type=0.0, name_file=0.0, docs_symbol=0.0),
+              "type definitions first (name_type)": dict(name_type=0.0),
+              "files named after the identifier (name_file)": dict(name_file=0.0),
+              "query words in the path (path)": dict(path=0.0),
+              "file-level evidence (file)": dict(file=0.0),
+              "docs second (docs, docs_symbol)": dict(docs=0.0, docs_symbol=0.0),
+              "changelogs last (changelog)": dict(changelog=0.0),
+              "spread over files (spread)": dict(spread=0.0)}
+    out += [(f"without {k}", replace(d, **v)) for k, v in groups.items()]
+    return out
+
+
+def fit(sc: Any, tasks: dict[str, Any], sp: list[Any], kp: list[Any]) -> R.Weights:
+    """Coordinate search from the defaults (see the module docstring)."""
+    w = R.DEFAULT
+    best = score_semble(w, sc, tasks, sp)["ndcg10"]
+    kit0 = score_kit(R.OFF, kp)
+    for f in fields(R.Weights):
+        base = getattr(w, f.name)
+        for scale in (0.0, 0.5, 1.5, 2.0):
+            cand = replace(w, **{f.name: round(base * scale, 4)})
+            s = score_semble(cand, sc, tasks, sp)["ndcg10"]
+            if s <= best + 0.002:
+                continue
+            k = score_kit(cand, kp)
+            if all(k[n] >= kit0[n] - 0.002 for n in k):
+                print(f"  {f.name} {base} -> {getattr(cand, f.name)}: {best:.4f} -> {s:.4f}")
+                w, best = cand, s
+    print("fitted:", asdict(w))
+    return w
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default=",".join(KIT_SETS), help="kit sets (indexed beforehand)")
+    ap.add_argument("--fit", action="store_true", help="print the coordinate search")
+    ap.add_argument("--no-write", action="store_true", help="do not touch docs/BENCHMARKS.md")
+    add_kit_arg(ap)
+    a = ap.parse_args(argv)
+    use_kit(a.kit)
+    sc, tasks, sp = semble_pools()
+    kp = kit_pools(a.sets.split(","))
+    if a.fit:
+        fit(sc, tasks, sp, kp)
+    rows = []
+    for label, w in variants():
+        s, k = score_semble(w, sc, tasks, sp), score_kit(w, kp)
+        cat = s["by_category"]
+        rows.append([label, f"{s['ndcg10']:.3f}", *(f"{cat[c]:.3f}" for c in S.CATEGORIES),
+                     *(f"{k[n]:.4f}" for n in k)])
+        print(" | ".join(rows[-1]), flush=True)
+    head = ["ranking stage", "semble NDCG@10", *S.CATEGORIES,
+            *(f"{n} MRR@10" for n in a.sets.split(","))]
+    text = ("## The ranking stage, rule by rule\n\n"
+            "What each rule of the ranking stage (rag_mcp/search/rank.py) earns: every query's "
+            "candidate pool is taken once through the retriever with the stage off, then "
+            "reordered with each setting and joined as rag_query joins; semble's benchmark "
+            "scored by its NDCG@10 (mean over its 26 repositories), the kit's sets by MRR@10. "
+            "\"without X\" is the default with that rule's weights at 0.\n\n"
+            + md_table(head, rows)
+            + "\n\n`.venv/bin/python -m bench.quality.rank_weights`")
+    print(text)
+    if not a.no_write:
+        write_section("rank-ablation", text)
+
+
+if __name__ == "__main__":
+    main()
