@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import pickle
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, astuple, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,16 +49,24 @@ def _dump(settings: Any, queries: list[tuple[str, str]], out: Path) -> dict[str,
         if out.exists():
             cached: dict[str, Any] = pickle.loads(out.read_bytes())
             if cached["generation"] == gen and len(cached["queries"]) == len(queries):
-                return cached
+                return _candidates(cached)
         rows = []
         for qid, text in queries:
             hits = retriever.retrieve(text, Filters()).hits
-            rows.append({"qid": qid, "query": text, "cands": [R.candidate(h) for h in hits]})
+            rows.append({"qid": qid, "query": text,
+                         "cands": [astuple(R.candidate(h)) for h in hits]})
     finally:
         deps.close()
     data = {"generation": gen, "queries": rows}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(pickle.dumps(data))
+    return _candidates(data)
+
+
+def _candidates(data: dict[str, Any]) -> dict[str, Any]:
+    """The cached rows (plain tuples, so a changed class still reads them) as Candidates."""
+    for q in data["queries"]:
+        q["cands"] = [R.Candidate(*c) for c in q["cands"]]
     return data
 
 

@@ -130,7 +130,7 @@ async def ask(spec: dict[str, Any], queries: list[str], env: dict[str, str]
         command=sys.executable, args=["-m", "rag_mcp", "serve", "--root", str(root_of(spec))],
         env=env, cwd=str(ROOT))
     out: list[dict[str, Any]] = []
-    with open(WORKDIR / "server.stderr", "ab") as errlog:
+    with open(WORKDIR / "server.stderr", "a", encoding="utf-8") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), \
                 ClientSession(read, write) as session:
             await session.initialize()
@@ -194,14 +194,19 @@ def f3(v: float | None) -> str:
     return "" if v is None else f"{v:.3f}"
 
 
-def tables(rows: list[dict[str, Any]], label: str) -> tuple[str, dict[str, Any]]:
+def tables(rows: list[dict[str, Any]], label: str, others: dict[str, list[dict[str, Any]]]
+           | None = None) -> tuple[str, dict[str, Any]]:
     """Markdown tables (overall and per category; per language; per repository) of this run
-    beside the peers on the same repositories, and this run's summary."""
+    beside the peers on the same repositories (and ``others``, saved runs of ours), and this
+    run's summary."""
     sc = scoring()
     ours = sc.per_repo(rows)
     names = sorted(ours)
     peers = published(names)
-    summary = {label: sc.summarize(ours, rows)} | {
+    mine = {label: ours} | {n: sc.per_repo([r for r in o if r["repo"] in ours])
+                            for n, o in (others or {}).items()}
+    summary = {n: sc.summarize(recs, rows if n == label else None)
+               for n, recs in mine.items()} | {
         p: sc.summarize(recs) for p, recs in peers.items()}
     order = sorted(summary, key=lambda m: -summary[m]["ndcg10"])
     head = ["method (same repositories)", "NDCG@10", *CATEGORIES]
@@ -212,9 +217,11 @@ def tables(rows: list[dict[str, Any]], label: str) -> tuple[str, dict[str, Any]]
     langs = sorted(summary[label]["by_language"])
     by_lang = md_table(["method", *langs], [
         [m, *(f3(summary[m]["by_language"].get(lg)) for lg in langs)] for m in order])
-    by_repo = md_table(["repository", "language", "queries", label, "semble",
+    extra = [n for n in mine if n != label]
+    by_repo = md_table(["repository", "language", "queries", label, *extra, "semble",
                         "CodeRankEmbed Hybrid"], [
         [n, ours[n]["language"], ours[n]["n_queries"], f3(ours[n]["ndcg10"]),
+         *(f3(mine[e][n]["ndcg10"]) if n in mine[e] else "" for e in extra),
          f3(peers["semble"][n]["ndcg10"]), f3(peers["CodeRankEmbed Hybrid"][n]["ndcg10"])]
         for n in names])
     first = [min((r for r in x["ranks"] if r is not None), default=None) for x in rows]
@@ -243,6 +250,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-write", action="store_true", help="do not touch docs/BENCHMARKS.md")
     ap.add_argument("--no-index", action="store_true",
                     help="ask the indexes as they are (no update: a chunker change is not applied)")
+    ap.add_argument("--compare", action="append", default=[], metavar="LABEL=RUN",
+                    help="a saved run (bench/.work/semble/runs/RUN.json) shown as LABEL beside "
+                         "this one (repeatable)")
     ap.add_argument("--env", action="append", default=[], metavar="RAG_X=VALUE",
                     help="a setting of the servers (repeatable), e.g. RAG_RANK=false")
     add_kit_arg(ap)
@@ -268,7 +278,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"indexes ready ({time.perf_counter() - t0:.0f} s); asking {len(tasks)} queries",
           flush=True)
     rows = run(specs, tasks, a.model, a.backend, extra)
-    text, stats = tables(rows, label)
+    others = {}
+    for c in a.compare:
+        name, _, run_name = c.partition("=")
+        saved = json.loads((RUNS / f"{run_name}.json").read_text(encoding="utf-8"))
+        others[name] = saved["rows"]
+    text, stats = tables(rows, label, others)
     print(text)
     RUNS.mkdir(parents=True, exist_ok=True)
     out = RUNS / f"{label.replace(' ', '_').replace('(', '').replace(')', '')}.json"

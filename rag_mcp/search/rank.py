@@ -9,33 +9,43 @@ candidates and reorders them; the calibrated score each hit carries (and so ``ta
 fusion's, as with the cross-encoder (``search.rerank``).
 
 Every rule is about the query's words and the candidate's name, kind and path; none knows a
-repository, a language or a query. The weights are few, fitted on the evaluation kit's sets and
-semble's code-search benchmark together (``bench/quality/semble.py``; docs/BENCHMARKS.md has the
-ablation of each), on the scale of the fused score (a cosine-weighted sum in [0, 1]):
+repository, a language or a query. The weights are on the scale of the fused score (a
+cosine-weighted sum in [0, 1]) and were fitted on the evaluation kit's sets and semble's
+code-search benchmark together (``bench/quality/rank_weights.py``, which also writes the
+ablation of each rule into docs/BENCHMARKS.md):
 
-* ``name`` — the span defines an identifier the query names: the whole query is one identifier
-  (``Router``, ``serde::Deserialize``, ``Session.request``), or a sentence quotes one written
-  like code (``parse_span_id``, ``FromRequest``). Exact (last component, or the whole qualified
-  name at a ``.`` boundary) gets the weight, a case-insensitive match half of it; a type
-  definition (class, struct, interface, trait, enum, ...) ``name_type`` more, since a bare
-  type name asks for the type rather than a function of the same name; a file named after the
-  identifier (``router.go`` for ``Router``) gets ``name_file``.
-* ``path`` — the share of the query's content words that name the span's file or folder
-  (``middleware`` in ``middleware/logger.go``): for a question in words, where the file is
-  often the answer (an architecture question is about a module).
-* ``file`` — file-level evidence: a file whose spans crowd the top of the pool is the subject of
-  the question. Each file's evidence is the sum of its spans' scores within ``FILE_BAND`` of the
-  best one; its best span gets ``file`` times that sum over the best file's.
-* ``docs`` — documentation and plain-text spans lose this for a query that does not ask about
-  docs (no "readme", "docs", "guide", "install", "example", ...): a README restates what the
-  code does in the question's own words and outranks the code that answers it. ``docs_symbol``
-  more when the query is a bare identifier. A changelog (CHANGES, HISTORY, NEWS, ...) loses
-  ``changelog``: it names every identifier once, which makes it a lexical match for anything.
+* ``name`` — for a query that is one identifier (``Router``, ``serde::Deserialize``,
+  ``Session.close``; semble's symbol queries, and what a user types to find a definition): a
+  span that defines it (the last component, or the whole qualified name at a ``.`` boundary)
+  gets the weight, a case-insensitive match half of it; a type definition (class, struct,
+  interface, trait, enum, ...) ``name_type`` more, since a bare type name asks for the type
+  before a function of the same name; a file named after the identifier (``router.go`` for
+  ``Router``) ``name_file``. (An identifier quoted inside a sentence got no weight: on the
+  fitting sets it moved answers away from the sentence's subject.)
+* ``path`` — the share of the query's content words that name the span's file or its folder
+  (``middleware`` in ``middleware/logger.go``, ``formats`` in ``formatter.bash``), for a
+  question in words: the file is often the answer (an architecture question is about a module).
+* ``file`` — file-level evidence: a file whose spans crowd the top of the pool is the subject
+  of the question. A file's evidence is the sum of its spans' scores within ``FILE_BAND`` of the
+  pool's best; a partial file (``SqlMapper.Async.cs``, ``router.test.ts``) adds its evidence to
+  its base file (``SqlMapper.cs``, ``router.ts``) when that is in the pool. The file's best span
+  gets ``file`` times its evidence over the best file's.
+* ``docs`` — for a question about code (it names an identifier, asks how the code works —
+  "how does X ...", "where is X ..." — or names code: function, method, class, ...), and not
+  about docs (readme, guide, install, example, ...), documentation and plain-text spans lose
+  ``docs``, and ``docs_symbol`` more for a bare identifier: a README restates what the code
+  does in the question's own words and outranks the code that answers it. A user's how-to
+  ("how do I declare a body") and a heading-like query keep the fusion's balance of prose and
+  code. A changelog (CHANGES, HISTORY, NEWS, ...) loses ``changelog`` whatever the question: it
+  names every identifier once, which makes it a lexical match for anything.
 * ``spread`` — diversity: a candidate from a file that already has ``SPREAD_FREE`` answers
-  above it loses ``spread`` per such answer, unless it would join one of them
-  (``search.join`` returns adjacent spans as one range, which costs no slot).
+  above it loses ``spread`` per such answer (a greedy pass over the first answers), unless it
+  would join one of them (``search.join`` returns adjacent spans as one range, which costs no
+  slot). The top 10 held 5.3 distinct files on semble's benchmark; a question with two target
+  files lost the second.
 
-Tests keep the fusion's own demotion (``query.test_penalty``).
+Tests keep the fusion's own demotion (``query.test_penalty``); a stronger one here moved
+nothing on the fitting sets.
 """
 
 from __future__ import annotations
@@ -47,7 +57,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rag_mcp.index.lexical import STOP_WORDS, split_identifier
-from rag_mcp.index.spans import is_test_code
 
 if TYPE_CHECKING:
     from rag_mcp.search.retrieve import Hit
@@ -61,8 +70,6 @@ QUALIFIER = re.compile(r"::|\.|->|\\|#")
 TYPE_KINDS = frozenset({"class", "struct", "interface", "trait", "enum", "type", "union",
                         "record", "object", "protocol", "module", "namespace", "impl"})
 CHANGELOG = re.compile(r"(?i)^(changelog|changes|history|news|release[-_ ]?notes|releases)$")
-TEST_WORDS = frozenset({"test", "tests", "testing", "tested", "unittest", "spec", "specs",
-                        "mock", "mocks", "fixture", "fixtures"})
 #: query words that ask for documentation rather than code
 DOC_WORDS = frozenset({"doc", "docs", "documentation", "documented", "readme", "guide",
                        "tutorial", "example", "examples", "changelog", "install",
@@ -93,7 +100,6 @@ class Weights:
     """The stage's weights, on the fused score's scale (module docstring)."""
 
     name: float = 0.3
-    name_sentence: float = 0.0
     name_type: float = 0.1
     name_file: float = 0.15
     path: float = 0.15
@@ -101,9 +107,7 @@ class Weights:
     docs: float = 0.15
     docs_symbol: float = 0.1
     changelog: float = 0.15
-    spread: float = 0.1
-    tests: float = 0.0
-    stem_cover: float = 0.0
+    spread: float = 0.2
 
 
 DEFAULT = Weights()
@@ -122,7 +126,6 @@ class Candidate:
     symbol: str | None
     definition: str  # the definition kind ("class", "function", ...), "" if none
     score: float  # the fusion's raw score
-    test: bool = False  # test code (``index.spans.is_test_code``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +136,7 @@ class QueryIntent:
     bare: bool  # the whole query is one identifier
     words: frozenset[str]  # its content words, lower case (split identifiers)
     docs: bool  # it asks about documentation
-    code: bool = False  # it asks about code: names an identifier, or how the code works
-    tests: bool = False  # it asks about tests
+    code: bool  # it asks about code: names an identifier, or how the code works
 
 
 def intent(query: str) -> QueryIntent:
@@ -151,21 +153,21 @@ def intent(query: str) -> QueryIntent:
         for p in split_identifier(w) if not w.islower() else [w.lower()]:
             if len(p) > 2 and p not in STOP_WORDS and p not in FRAME_WORDS:
                 words.add(p)
-    docs = not DOC_WORDS.isdisjoint(w.lower() for w in WORD.findall(q))
     lowered = {w.lower() for w in WORD.findall(q)}
-    tests = not TEST_WORDS.isdisjoint(lowered)
+    docs = not DOC_WORDS.isdisjoint(lowered)
     code = not docs and (bool(names) or CODE_QUESTION.match(q) is not None
                          or not CODE_WORDS.isdisjoint(lowered))
-    return QueryIntent(frozenset(names), bare, frozenset(words), docs, code, tests)
+    return QueryIntent(frozenset(names), bare, frozenset(words), docs, code)
 
 
-FAMILY = True
-
-
-def _family(path: str) -> str:
-    """``a/SqlMapper.Async.cs`` -> ``a/SqlMapper``: the file a partial file belongs to."""
+def _base_file(path: str) -> str:
+    """``a/SqlMapper.Async.cs`` -> ``a/SqlMapper.cs``: the file a partial file belongs to."""
     head, _, name = path.rpartition("/")
-    return (head + "/" if head else "") + name.split(".", 1)[0]
+    first, _, rest = name.partition(".")
+    if not first or not rest:
+        return path
+    base = f"{first}.{rest.rpartition('.')[2]}"
+    return f"{head}/{base}" if head else base
 
 
 def _stem(path: str) -> str:
@@ -218,19 +220,11 @@ def name_evidence(c: Candidate, q: QueryIntent, w: Weights) -> float:
 def base_evidence(c: Candidate, q: QueryIntent, w: Weights) -> float:
     """The candidate's own evidence: names, path words, docs intent, changelogs."""
     s = c.score
-    if q.bare or q.names:
-        s += name_evidence(c, q, w) * (1.0 if q.bare else w.name_sentence)
+    if q.bare:
+        s += name_evidence(c, q, w)
     if q.words and not q.bare and w.path:
         pw = _path_words(c.path)
         s += w.path * sum(any(_word_match(k, x) for x in pw) for k in q.words) / len(q.words)
-        if w.stem_cover:
-            sw = [x for x in split_identifier(re.sub(r"[-.]", "_", _stem(c.path)))
-                  if len(x) > 2 and x not in STOP_WORDS]
-            if sw:
-                s += w.stem_cover * sum(any(_word_match(k, x) for k in q.words)
-                                        for x in sw) / len(sw)
-    if c.test and not q.tests:
-        s -= w.tests
     if c.kind != "code":
         if CHANGELOG.match(_stem(c.path)):
             s -= w.changelog
@@ -250,15 +244,15 @@ def file_evidence(cands: Sequence[Candidate], scores: list[float], w: Weights) -
         mass[c.path] += max(0.0, scores[i] - floor)
         if c.path not in lead or scores[i] > scores[lead[c.path]]:
             lead[c.path] = i
-    if FAMILY:
-        # a partial file (SqlMapper.Async.cs) lends its evidence to its base (SqlMapper.cs)
-        extra: dict[str, float] = defaultdict(float)
-        for path, m in mass.items():
-            b = _family(path) + "." + path.rsplit(".", 1)[-1]
-            if b != path and b in mass:
-                extra[b] += m
-        for b, m in extra.items():
-            mass[b] += m
+    # a partial file (SqlMapper.Async.cs, router.test.ts) lends its evidence to its base file
+    # (SqlMapper.cs, router.ts) when that is in the pool: the base is what the parts are about
+    lent: dict[str, float] = defaultdict(float)
+    for path, m in mass.items():
+        base = _base_file(path)
+        if base != path and base in mass:
+            lent[base] += m
+    for base, m in lent.items():
+        mass[base] += m
     best = max(mass.values()) or 1.0
     for path, i in lead.items():
         scores[i] += w.file * mass[path] / best
@@ -319,7 +313,7 @@ def rank(query: str, cands: Sequence[Candidate], w: Weights = DEFAULT) -> list[i
 def candidate(hit: Hit) -> Candidate:
     sp = hit.span
     return Candidate(sp.path, sp.start_line, sp.end_line, sp.kind, sp.symbol,
-                     dict(sp.meta).get("def", ""), hit.raw, is_test_code(sp.path, sp.symbol))
+                     dict(sp.meta).get("def", ""), hit.raw)
 
 
 def ranked(query: str, hits: list[Hit], w: Weights = DEFAULT) -> list[Hit]:
