@@ -145,7 +145,7 @@ def retriever_for(sample_repo: Path, monkeypatch: pytest.MonkeyPatch
 def test_fusion_modes_order_by_their_own_evidence(retriever_for: Callable[..., Deps]) -> None:
     from rag_mcp.search.retrieve import Filters
 
-    deps = retriever_for()
+    deps = retriever_for(rank=False)  # the fusion's own order (the ranking stage: test_rank)
     r = deps.repo().retriever
     q = "retry the call with exponential backoff"
     fused = r.retrieve(q, Filters(), fusion="convex").hits
@@ -170,7 +170,7 @@ def test_retriever_weights_long_queries_by_their_length(
         retriever_for: Callable[..., Deps]) -> None:
     from rag_mcp.search.retrieve import Filters
 
-    r = retriever_for().repo().retriever
+    r = retriever_for(rank=False).repo().retriever  # the fusion's own order
     short = "retry with backoff"
     long = ("when the remote server answers with an error status the client should retry the "
             "call with exponential backoff sleeping between tries then parse the span id split "
@@ -192,7 +192,7 @@ def test_retriever_weights_each_candidate_by_its_span_kind(
         retriever_for: Callable[..., Deps]) -> None:
     from rag_mcp.search.retrieve import Filters
 
-    r = retriever_for().repo().retriever
+    r = retriever_for(rank=False).repo().retriever  # the fusion's own order
     q = "install the demo and start the service"
     split = r.retrieve(q, Filters())
     cal = split.calibration

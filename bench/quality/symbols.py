@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from bench._report import WORK, md_table, write_section
 from bench.quality.sets import add_kit_arg, ensure_kit, use_kit
-from indexers.chunking import chunk_file, classify
+from indexers.chunking import chunk_file, classify, header_language
 from indexers.languages import CODE_LANGUAGES, parser_for
 
 if TYPE_CHECKING:
@@ -431,6 +431,8 @@ def source_files(tree: Path) -> Iterator[tuple[Path, str]]:
             with path.open("rb") as fh:
                 head = fh.read(4096).decode("utf-8", "replace")
             lang, _ = classify(path.name, head)
+            if lang == "c" and path.suffix == ".h":  # a C++ header, as the chunker decides
+                lang = header_language(path.name, lang, path.read_text("utf-8", "replace"))
             if lang in RULES:
                 yield path, lang
 

@@ -103,7 +103,7 @@ class Weights:
     name_type: float = 0.1
     name_file: float = 0.15
     path: float = 0.15
-    file: float = 0.15
+    file: float = 0.04
     docs: float = 0.15
     docs_symbol: float = 0.1
     changelog: float = 0.15
