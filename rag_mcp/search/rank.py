@@ -93,6 +93,8 @@ FILE_BAND = 0.2
 SPREAD_FREE = 1
 #: the candidates the stage reorders (the fusion's order beyond)
 DEPTH = 50
+#: answers the spread pass places one by one (rag_query's largest k); the rest by score
+SPREAD_DEPTH = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +286,7 @@ def spread(cands: Sequence[Candidate], scores: list[float], w: Weights, gap: int
         else:
             r[0], r[1] = min(r[0], c.start_line), max(r[1], c.end_line)
         out.append(i)
-        if len(out) >= 2 * DEPTH // 5:  # past the answers any k reaches: keep the order
+        if len(out) >= SPREAD_DEPTH:  # past the answers any k reaches: keep the order
             out.extend(sorted(rest, key=lambda x: -scores[x]))
             break
     return out
@@ -298,24 +300,28 @@ def _joins(ranges: list[list[int]], c: Candidate, gap: int, max_lines: int) -> l
     return None
 
 
-def rank(query: str, cands: Sequence[Candidate], w: Weights = DEFAULT) -> list[int]:
+def rank(query: str, cands: Sequence[Candidate], w: Weights = DEFAULT, *, gap: int = 3,
+         max_lines: int = 150) -> list[int]:
     """The new order of ``cands`` (given in the fusion's order) as indexes into it: the first
-    ``DEPTH`` reordered by the stage's evidence, the rest as they were."""
+    ``DEPTH`` reordered by the stage's evidence, the rest as they were. ``gap`` and
+    ``max_lines`` are rag_query's join settings (``query.join_gap``, ``join_max_lines``)."""
     head = list(cands[:DEPTH])
     if not head or w == OFF:
         return list(range(len(cands)))
     q = intent(query)
     scores = [base_evidence(c, q, w) for c in head]
     file_evidence(head, scores, w)
-    return spread(head, scores, w) + list(range(len(head), len(cands)))
+    return spread(head, scores, w, gap, max_lines) + list(range(len(head), len(cands)))
 
 
 def candidate(hit: Hit) -> Candidate:
+    """What the stage reads of a fused hit."""
     sp = hit.span
     return Candidate(sp.path, sp.start_line, sp.end_line, sp.kind, sp.symbol,
                      dict(sp.meta).get("def", ""), hit.raw)
 
 
-def ranked(query: str, hits: list[Hit], w: Weights = DEFAULT) -> list[Hit]:
+def ranked(query: str, hits: list[Hit], *, gap: int = 3, max_lines: int = 150) -> list[Hit]:
     """``hits`` (in the fusion's order) in the stage's order; each keeps its own scores."""
-    return [hits[i] for i in rank(query, [candidate(h) for h in hits], w)]
+    order = rank(query, [candidate(h) for h in hits], gap=gap, max_lines=max_lines)
+    return [hits[i] for i in order]

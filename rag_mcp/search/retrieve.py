@@ -215,8 +215,11 @@ class Retriever:
                           penalty)
         coverage = lexical_coverage(idx.lexical, tokens) if tokens else 1.0
         hits = with_coverage(hits, cal, coverage)
-        if fusion == "convex" and self.handle.settings.rank:
-            hits = ranked(text, hits)
+        s = self.handle.settings
+        if fusion == "convex" and s.rank:
+            # order only, after the fusion (rag_mcp/search/rank.py); several repositories'
+            # hits are still merged by their calibrated scores (QueryService)
+            hits = ranked(text, hits, gap=s.join_gap, max_lines=s.join_max_lines)
         timings["fusion_ms"] = (time.perf_counter() - t3) * 1000
         return Retrieval(hits, idx, cal, timings, coverage)
 
