@@ -250,6 +250,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-write", action="store_true", help="do not touch docs/BENCHMARKS.md")
     ap.add_argument("--no-index", action="store_true",
                     help="ask the indexes as they are (no update: a chunker change is not applied)")
+    ap.add_argument("--saved", metavar="RUN",
+                    help="report the saved run bench/.work/semble/runs/RUN.json (no indexing, "
+                         "no asking)")
     ap.add_argument("--compare", action="append", default=[], metavar="LABEL=RUN",
                     help="a saved run (bench/.work/semble/runs/RUN.json) shown as LABEL beside "
                          "this one (repeatable)")
@@ -271,13 +274,17 @@ def main(argv: list[str] | None = None) -> None:
     extra = dict(e.split("=", 1) for e in a.env)
     if any(not k.startswith("RAG_") for k in extra):
         ap.error("--env takes RAG_NAME=VALUE")
-    unpack()
-    t0 = time.perf_counter()
-    if not a.no_index:
-        index_repos(specs, a.model, a.backend, a.reindex)
-    print(f"indexes ready ({time.perf_counter() - t0:.0f} s); asking {len(tasks)} queries",
-          flush=True)
-    rows = run(specs, tasks, a.model, a.backend, extra)
+    if a.saved:
+        saved = json.loads((RUNS / f"{a.saved}.json").read_text(encoding="utf-8"))
+        rows, label = saved["rows"], a.label or saved["label"]
+    else:
+        unpack()
+        t0 = time.perf_counter()
+        if not a.no_index:
+            index_repos(specs, a.model, a.backend, a.reindex)
+        print(f"indexes ready ({time.perf_counter() - t0:.0f} s); asking {len(tasks)} queries",
+              flush=True)
+        rows = run(specs, tasks, a.model, a.backend, extra)
     others = {}
     for c in a.compare:
         name, _, run_name = c.partition("=")
@@ -285,16 +292,19 @@ def main(argv: list[str] | None = None) -> None:
         others[name] = saved["rows"]
     text, stats = tables(rows, label, others)
     print(text)
-    RUNS.mkdir(parents=True, exist_ok=True)
-    out = RUNS / f"{label.replace(' ', '_').replace('(', '').replace(')', '')}.json"
-    out.write_text(json.dumps({"label": label, "model": a.model, "backend": a.backend,
-                               "summary": stats, "rows": rows}, indent=1), encoding="utf-8")
-    print(f"saved {out}")
+    if not a.saved:
+        RUNS.mkdir(parents=True, exist_ok=True)
+        out = RUNS / f"{label.replace(' ', '_').replace('(', '').replace(')', '')}.json"
+        out.write_text(json.dumps({"label": label, "model": a.model, "backend": a.backend,
+                                   "summary": stats, "rows": rows}, indent=1), encoding="utf-8")
+        print(f"saved {out}")
     if not a.no_write and not a.repos and not extra:
-        write_section("semble", intro(label, len(rows), len(specs)) + "\n\n" + text)
+        write_section("semble", intro(label, len(rows), len(specs), a.compare) + "\n\n"
+                      + text)
 
 
-def intro(label: str, n_queries: int, n_repos: int) -> str:
+def intro(label: str, n_queries: int, n_repos: int, compare: list[str] | None = None) -> str:
+    cmd = "".join(f' --compare "{c}"' for c in compare or [])
     return (
         "## Code search beside the peers (semble's benchmark)\n\n"
         f"semble's public code-search benchmark on the {n_repos} of its repositories whose "
@@ -304,8 +314,10 @@ def intro(label: str, n_queries: int, n_repos: int) -> str:
         "stdio to the MCP SDK's client, `rag_query` with k = 10, tau = 0 and a 10-span answer "
         "budget. Scored with the benchmark's own rules: NDCG@10 over the top-10 spans, the mean "
         "over repositories (per category and per language likewise). The peers' numbers are "
-        f"their published ones on the same repositories. `{label}` is this run:\n\n"
-        "`.venv/bin/python -m bench.quality.semble`")
+        f"their published ones on the same repositories. `{label}` is this run; other rows "
+        "named rag-mcp are saved runs of ours on the same indexes (a run without the ranking "
+        "stage: `--env RAG_RANK=false --no-write --label NAME`):\n\n"
+        f"`.venv/bin/python -m bench.quality.semble{cmd}`")
 
 
 if __name__ == "__main__":
