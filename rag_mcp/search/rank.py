@@ -50,6 +50,7 @@ nothing on the fitting sets.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -178,7 +179,8 @@ def _stem(path: str) -> str:
     return name.rsplit(".", 1)[0] if "." in name[1:] else name
 
 
-def _path_words(path: str) -> set[str]:
+@functools.lru_cache(maxsize=65_536)
+def _path_words(path: str) -> frozenset[str]:
     """Words of a file's name and its folder's: ``middleware/request_id.go`` -> request, id,
     requestid, middleware."""
     parts = path.split("/")
@@ -187,7 +189,7 @@ def _path_words(path: str) -> set[str]:
     out.add(re.sub(r"[-_.]", "", stem.lower()))
     if len(parts) > 1:
         out.update(split_identifier(parts[-2].replace("-", "_")))
-    return {p for p in out if p}
+    return frozenset(p for p in out if p)
 
 
 def _word_match(a: str, b: str) -> bool:
@@ -219,14 +221,23 @@ def name_evidence(c: Candidate, q: QueryIntent, w: Weights) -> float:
     return s
 
 
-def base_evidence(c: Candidate, q: QueryIntent, w: Weights) -> float:
-    """The candidate's own evidence: names, path words, docs intent, changelogs."""
+def path_share(path: str, q: QueryIntent) -> float:
+    """The share of the query's content words that name the file or its folder."""
+    pw = _path_words(path)
+    return sum(any(_word_match(k, x) for x in pw) for k in q.words) / len(q.words)
+
+
+def base_evidence(c: Candidate, q: QueryIntent, w: Weights, shares: dict[str, float]) -> float:
+    """The candidate's own evidence: names, path words, docs intent, changelogs
+    (``shares``: path -> ``path_share``, memoised for the query)."""
     s = c.score
     if q.bare:
         s += name_evidence(c, q, w)
     if q.words and not q.bare and w.path:
-        pw = _path_words(c.path)
-        s += w.path * sum(any(_word_match(k, x) for x in pw) for k in q.words) / len(q.words)
+        share = shares.get(c.path)
+        if share is None:
+            share = shares[c.path] = path_share(c.path, q)
+        s += w.path * share
     if c.kind != "code":
         if CHANGELOG.match(_stem(c.path)):
             s -= w.changelog
@@ -268,28 +279,26 @@ def spread(cands: Sequence[Candidate], scores: list[float], w: Weights, gap: int
     if not w.spread:
         return order
     ranges: dict[str, list[list[int]]] = defaultdict(list)
+    effective = {i: scores[i] for i in order}  # a file's penalty changes when it gets an answer
     out: list[int] = []
-    rest = order
-    while rest:
-        def effective(i: int) -> float:
-            c = cands[i]
-            if _joins(ranges[c.path], c, gap, max_lines) is not None:
-                return scores[i]
-            return scores[i] - w.spread * max(0, len(ranges[c.path]) - SPREAD_FREE + 1)
-
-        j = max(range(len(rest)), key=lambda x: (effective(rest[x]), -x))
-        i = rest.pop(j)
+    while effective and len(out) < SPREAD_DEPTH:
+        i = max(effective, key=effective.__getitem__)  # ties: the fusion's order (dict order)
+        del effective[i]
         c = cands[i]
-        r = _joins(ranges[c.path], c, gap, max_lines)
+        mine = ranges[c.path]
+        r = _joins(mine, c, gap, max_lines)
         if r is None:
-            ranges[c.path].append([c.start_line, c.end_line])
+            mine.append([c.start_line, c.end_line])
         else:
             r[0], r[1] = min(r[0], c.start_line), max(r[1], c.end_line)
         out.append(i)
-        if len(out) >= SPREAD_DEPTH:  # past the answers any k reaches: keep the order
-            out.extend(sorted(rest, key=lambda x: -scores[x]))
-            break
-    return out
+        penalty = w.spread * max(0, len(mine) - SPREAD_FREE + 1)
+        for j in effective:
+            if cands[j].path == c.path:
+                joins = _joins(mine, cands[j], gap, max_lines) is not None
+                effective[j] = scores[j] - (0.0 if joins else penalty)
+    # past the answers any k reaches: the rest by score
+    return out + sorted(effective, key=lambda x: -scores[x])
 
 
 def _joins(ranges: list[list[int]], c: Candidate, gap: int, max_lines: int) -> list[int] | None:
@@ -309,7 +318,8 @@ def rank(query: str, cands: Sequence[Candidate], w: Weights = DEFAULT, *, gap: i
     if not head or w == OFF:
         return list(range(len(cands)))
     q = intent(query)
-    scores = [base_evidence(c, q, w) for c in head]
+    shares: dict[str, float] = {}
+    scores = [base_evidence(c, q, w, shares) for c in head]
     file_evidence(head, scores, w)
     return spread(head, scores, w, gap, max_lines) + list(range(len(head), len(cands)))
 
