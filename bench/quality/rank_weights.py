@@ -35,7 +35,7 @@ from rag_mcp.search import rank as R
 from rag_mcp.search.join import Placed, plan_joins
 
 POOLS = WORK / "rank" / "pools"
-KIT_SETS = ("docs", "cosqa", "docstring")
+KIT_SETS = ("docs", "cosqa", "docstring", "swebench_lite")
 JOIN_GAP, JOIN_MAX_LINES = 3, 150
 #: the most MRR@10 a kit set may lose against the stage off (the project's bar for a change)
 KIT_SLACK = 0.005  # configs/default.toml's query.join_gap / join_max_lines
@@ -91,10 +91,14 @@ def semble_pools() -> tuple[Any, dict[str, Any], list[tuple[dict[str, Any], dict
 
 
 def kit_pools(sets: list[str]) -> list[tuple[Any, str, dict[str, Any]]]:
+    from bench.quality.sets import INDEX, collection
+
     out = []
     for name in sets:
         ev = load_set(name)
         for sub in ev.corpora:
+            if not (INDEX / collection(name, sub, "onnx-int8") / "CURRENT").exists():
+                continue  # not indexed here (SWE-bench's snapshots are many)
             qs = [(q["id"], q["query"]) for q in ev.queries if q.get("corpus", "") == sub]
             tag = sub.split("/")[0] or "corpus"
             out.append((ev, sub, _dump(settings_for(ev, sub, "onnx-int8"), qs,
@@ -202,7 +206,8 @@ def fit(sc: Any, tasks: dict[str, Any], sp: list[Any], kp: list[Any]) -> R.Weigh
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sets", default=",".join(KIT_SETS), help="kit sets (indexed beforehand)")
+    ap.add_argument("--sets", default=",".join(KIT_SETS),
+                    help="kit sets (their indexed corpora; SWE-bench's snapshots may be a part)")
     ap.add_argument("--fit", action="store_true", help="print the coordinate search")
     ap.add_argument("--service", default="docs,cosqa,docstring,swebench_lite",
                     help="kit sets also asked through rag-eval's path, stage off and on "

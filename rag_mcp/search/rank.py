@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rag_mcp.index.lexical import STOP_WORDS, split_identifier
+from rag_mcp.index.lexical import STOP_WORDS, split_identifier, tokenize
 
 if TYPE_CHECKING:
     from rag_mcp.search.retrieve import Hit
@@ -309,12 +309,26 @@ def _joins(ranges: list[list[int]], c: Candidate, gap: int, max_lines: int) -> l
     return None
 
 
+def length_scale(query: str, terms: float) -> float:
+    """``min(1, terms / n) ** 2`` for a query of ``n`` distinct lexical terms (``terms``: the
+    fusion's length threshold, ``search.fusion``). A long query (an issue, a traceback) has its
+    fused scores squeezed together, so evidence on a short query's scale would decide alone.
+    Measured on the kit's SWE-bench issues (18-208 terms; 17 of 30 indexed here), MRR@10 0.417
+    with the stage off: 0.314 unscaled, 0.412 with ``terms / n``, 0.427 with its square."""
+    n = len(set(tokenize(query)))
+    return 1.0 if n <= terms else (terms / n) ** 2
+
+
 def rank(query: str, cands: Sequence[Candidate], w: Weights = DEFAULT, *, gap: int = 3,
-         max_lines: int = 150) -> list[int]:
+         max_lines: int = 150, terms: float = 8) -> list[int]:
     """The new order of ``cands`` (given in the fusion's order) as indexes into it: the first
     ``DEPTH`` reordered by the stage's evidence, the rest as they were. ``gap`` and
-    ``max_lines`` are rag_query's join settings (``query.join_gap``, ``join_max_lines``)."""
+    ``max_lines`` are rag_query's join settings (``query.join_gap``, ``join_max_lines``),
+    ``terms`` the calibration's length threshold (``Calibration.terms``)."""
     head = list(cands[:DEPTH])
+    scale = length_scale(query, terms)
+    if scale < 1.0:
+        w = Weights(**{f: getattr(w, f) * scale for f in Weights.__dataclass_fields__})
     if not head or w == OFF:
         return list(range(len(cands)))
     q = intent(query)
@@ -331,7 +345,8 @@ def candidate(hit: Hit) -> Candidate:
                      dict(sp.meta).get("def", ""), hit.raw)
 
 
-def ranked(query: str, hits: list[Hit], *, gap: int = 3, max_lines: int = 150) -> list[Hit]:
+def ranked(query: str, hits: list[Hit], *, gap: int = 3, max_lines: int = 150,
+           terms: float = 8) -> list[Hit]:
     """``hits`` (in the fusion's order) in the stage's order; each keeps its own scores."""
-    order = rank(query, [candidate(h) for h in hits], gap=gap, max_lines=max_lines)
+    order = rank(query, [candidate(h) for h in hits], gap=gap, max_lines=max_lines, terms=terms)
     return [hits[i] for i in order]

@@ -219,7 +219,8 @@ class Retriever:
         if fusion == "convex" and s.rank:
             # order only, after the fusion (rag_mcp/search/rank.py); several repositories'
             # hits are still merged by their calibrated scores (QueryService)
-            hits = ranked(text, hits, gap=s.join_gap, max_lines=s.join_max_lines)
+            hits = ranked(text, hits, gap=s.join_gap, max_lines=s.join_max_lines,
+                          terms=cal.terms)
         timings["fusion_ms"] = (time.perf_counter() - t3) * 1000
         return Retrieval(hits, idx, cal, timings, coverage)
 
