@@ -175,3 +175,14 @@ def test_a_partial_file_lends_its_evidence_to_its_base_file() -> None:
              _c("src/Mapper.cs", 0.58), _c("src/Other.cs", 0.585)]
     order = [cands[i].path for i in R.rank("how rows are mapped and cached", cands)]
     assert order.index("src/Mapper.cs") < order.index("src/Other.cs")
+
+
+def test_a_long_query_gets_less_of_the_stage() -> None:
+    assert R.length_scale("retry with backoff", 8) == 1.0
+    issue = " ".join(f"word{i}" for i in range(32))
+    assert R.length_scale(issue, 8) == pytest.approx((8 / 32) ** 2)
+    # a spread that reorders a short question leaves an issue-sized one in the fusion's order
+    cands = [_c("a.py", 0.60 - i / 100, start=1 + 20 * i, end=10 + 20 * i) for i in range(3)]
+    cands.append(_c("b.py", 0.55))
+    assert R.rank("parse the header", cands)[:2] == [0, 3]
+    assert R.rank(issue, cands)[:4] == [0, 1, 2, 3]
