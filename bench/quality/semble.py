@@ -119,6 +119,15 @@ def server_env(spec: dict[str, Any], model: str, backend: str,
     return env
 
 
+def located(hit: dict[str, Any]) -> dict[str, Any]:
+    """A hit's file and lines (from its span ID ``path:start-end:digest``, which the lean
+    structured result keeps), name, kind and score."""
+    path, lines, _digest = str(hit["id"]).rsplit(":", 2)
+    start, _, end = lines.partition("-")
+    return {"path": path, "start_line": int(start), "end_line": int(end),
+            **{k: hit.get(k) for k in ("symbol", "kind", "score")}}
+
+
 async def ask(spec: dict[str, Any], queries: list[str], env: dict[str, str]
               ) -> list[dict[str, Any]]:
     """Every query of one repository in one MCP session over stdio; each answer's hits and
@@ -138,13 +147,12 @@ async def ask(spec: dict[str, Any], queries: list[str], env: dict[str, str]
                 t0 = time.perf_counter()
                 res = await session.call_tool("rag_query", {"query": q, "k": K, "tau": TAU})
                 wall = (time.perf_counter() - t0) * 1000
-                sc: dict[str, Any] = res.structuredContent or {}
-                if res.isError or "hits" not in sc:
+                sc: dict[str, Any] = res.structured_content or {}
+                diag: dict[str, Any] = (res.meta or {}).get("rag-mcp/diagnostics") or {}
+                if res.is_error or "hits" not in sc:
                     raise RuntimeError(f"{spec['name']}: rag_query({q!r}) failed: {res.content}")
-                out.append({"hits": [{k: h.get(k) for k in ("path", "start_line", "end_line",
-                                                             "symbol", "kind", "score")}
-                                     for h in sc["hits"]],
-                            "took_ms": sc.get("took_ms"), "wall_ms": wall})
+                out.append({"hits": [located(h) for h in sc["hits"]],
+                            "took_ms": diag.get("took_ms", sc.get("took_ms")), "wall_ms": wall})
     return out
 
 
