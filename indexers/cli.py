@@ -15,6 +15,7 @@ import orjson
 from indexers.progress import Progress
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.errors import InvalidArgument, RagError
+from rag_mcp.search.redact import redact_id, redact_label
 
 EPILOG = """\
 examples:
@@ -124,6 +125,18 @@ def render_summary(stats: Any) -> str:
     return "\n".join(lines)
 
 
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``--spans`` row as printed: labels, previews and file names are repository text, and a
+    secret in one is masked like in the server's answers (the ID reads back there)."""
+    out = {k: redact_label(v) if k in _TEXT_FIELDS and isinstance(v, str) else v
+           for k, v in row.items()}
+    out["id"] = redact_id(row["id"])
+    return out
+
+
+_TEXT_FIELDS = frozenset({"path", "symbol", "parent", "heading", "preview"})
+
+
 def render_status(st: dict[str, Any]) -> str:
     stale = st["stale_files"]
     lines = [
@@ -160,12 +173,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             from indexers.status import index_status
 
             st = index_status(settings)
+            st["stale"] = {k: [redact_label(p) for p in v] for k, v in st["stale"].items()}
             print(orjson.dumps(st).decode() if args.json else render_status(st))
             return 0
         if args.spans is not None:
             from indexers.status import list_spans
 
-            rows = list_spans(settings, args.spans or None)
+            rows = [_shown(r) for r in list_spans(settings, args.spans or None)]
             if args.json:
                 out = sys.stdout
                 for r in rows:

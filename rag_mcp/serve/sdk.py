@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from rag_mcp.deps import Deps
 from rag_mcp.errors import E_INTERNAL, E_INVALID_ARGUMENT, E_NOT_FOUND, RagError
+from rag_mcp.search.redact import redact
 
 log = logging.getLogger("rag_mcp.serve")
 
@@ -43,6 +44,7 @@ RESOURCE_NOT_FOUND = -32002
 
 def error_result(code: str, message: str) -> CallToolResult:
     """A tool error the client can read: text ``E_CODE: message`` plus structured fields."""
+    message = redact(message)[0]  # messages name paths and IDs: a file may be named by a token
     return CallToolResult(
         content=[TextContent(type="text", text=f"{code}: {message}")],
         structuredContent={"error": {"code": code, "message": message}},
