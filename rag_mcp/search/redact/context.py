@@ -159,26 +159,41 @@ def _cli(text: str, low: str) -> list[Cand]:
 
 # --- files and prose -----------------------------------------------------------------------------
 
-# hostname:port:database:username:password, one per line (also quoted in an echo command)
-_PGPASS = re.compile(r"(?:^|(?<=[\s\"'`]))(?P<host>\*|[A-Za-z0-9][\w.-]{0,253}+)"
-                     r":(?P<port>\*|[1-9]\d{0,4}+):(?P<db>[^\s:'\"`]{1,64}+):(?P<user>[^\s:'\"`]{1,64}+)"
-                     r":(?P<v>[^\s'\"`]{1,256}+)", re.M)
+# hostname:port:database:username:password, one per line (also quoted in an echo command).
+# Found at its ":port:" (a literal-led pattern the regex engine scans for in C).
+_PG_PORT = re.compile(r":(?:\*|[1-9]\d{0,4}+):")
+_PG_REST = re.compile(r"(?P<db>[^\s:'\"`]{1,64}+):(?P<user>[^\s:'\"`]{1,64}+)"
+                      r":(?P<v>[^\s'\"`]{1,256}+)")
+_PG_HOST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-*")
 _HEX_GROUP = re.compile(r"[0-9a-fA-F]{1,4}")  # an IPv6 address has the same colons
 _AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 _PROSE_PW = re.compile(r"[ \t]+(?:is|was|of)[ \t]+[\"'`]?(?P<v>[^\s\"'`]{6,128}+)")
 _MAILCHIMP = re.compile(r"(?<![0-9a-z])[0-9a-f]{32}-us\d{1,2}(?![0-9A-Za-z])")
 
 
+def _back_to_word(text: str, end: int, chars: frozenset[str], most: int) -> int | None:
+    """Start of the run of ``chars`` ending at ``end`` if it starts a line or follows a space or
+    a quote, else None."""
+    start = end
+    while start and end - start < most and text[start - 1] in chars:
+        start -= 1
+    ok = start < end and (start == 0 or text[start - 1] in " \t\n\r\"'`")
+    return start if ok else None
+
+
 def _files_and_prose(text: str, low: str) -> list[Cand]:
     out: list[Cand] = []
-    if ":" in text:
-        for m in _PGPASS.finditer(text):
-            host, v = m.group("host"), m.group("v")
-            if all(_HEX_GROUP.fullmatch(m.group(g)) for g in ("host", "db", "user")):
-                continue
-            if (host == "*" or any(c.isalpha() or c == "." for c in host)) and (
-                    password_like(v) and not placeholder(v)):
-                out.append((RANK, m.start("v"), m.end("v"), "pgpass_password"))
+    for m in _PG_PORT.finditer(text):
+        host = _back_to_word(text, m.start(), _PG_HOST, 253)
+        rest = _PG_REST.match(text, m.end(), m.end() + 400)
+        if host is None or rest is None:
+            continue
+        name, v = text[host : m.start()], rest.group("v")
+        if all(_HEX_GROUP.fullmatch(x) for x in (name, rest.group("db"), rest.group("user"))):
+            continue
+        if (name == "*" or any(c.isalpha() or c == "." for c in name)) and (
+                password_like(v) and not placeholder(v)):
+            out.append((RANK, rest.start("v"), rest.end("v"), "pgpass_password"))
     scanned = 0  # each character is looked at by one window at most
     for pos in sorted(p for w in ("aws", "access key", "access_key", "accesskey")
                       for p in _finds(low, w)):
