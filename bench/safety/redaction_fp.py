@@ -36,6 +36,7 @@ SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cach
              ".ruff_cache", ".pytest_cache", ".hypothesis", ".work"}
 SPAN_BYTES = 10_000
 WORK = ROOT / "bench" / ".work" / "redaction_fp"
+EVAL_LABELS = ("semble/", "swebench", "eval-")
 MAX_FILE_BYTES = 2_000_000
 
 
@@ -173,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         all_hits += hits
     src_hits = [h for h in all_hits if not h.in_tests]
     test_hits = [h for h in all_hits if h.in_tests]
+    kit = [r for r in rows if str(r[0]).startswith(EVAL_LABELS)]
+    if kit:
+        k_lines, k_src = sum(int(r[2]) for r in kit), sum(int(r[3]) for r in kit)
+        rows.append(["**evaluation kit**", sum(int(r[1]) for r in kit), k_lines, k_src,
+                     sum(int(r[4]) for r in kit), f"{k_src * 10_000 / max(k_lines, 1):.3f}"])
     rows.append(["**total**", tot_files, tot_lines, len(src_hits), len(test_hits),
                  f"{len(src_hits) * 10_000 / max(tot_lines, 1):.3f}"])
 
