@@ -260,3 +260,36 @@ def test_a_huge_folder_that_is_no_repository_is_not_indexed_without_asking(
                      "-q"]) == 0
     assert cli.main([str(big), "--model", hc.HASH, "--index-dir", str(tmp_path / "idx"),
                      "-q"]) == 0  # a path given: the user chose it
+
+
+# --- a hostile .gitignore ------------------------------------------------------------------------
+
+
+@PENDING
+def test_a_hostile_gitignore_hangs_neither_indexing_nor_serving(tmp_path: Path) -> None:
+    """``*?*?...*?b`` and ``**/`` x 20 took the walker's backtracking wildcard translation
+    minutes per path (git needs milliseconds), and held the GIL so no tool answered."""
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    (root / ".gitignore").write_text("*?" * 12 + "b\n" + "**/" * 20 + "x\n")
+    for i in range(60):
+        d = root / "d" / "/".join(["sub"] * (i % 8))
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"file_{'a' * 40}_{i}.py").write_text(f"def f{i}():\n    return {i}\n")
+    (root / "d" / "x").write_text("ignored by **/x\n")
+    p = rag_index(root, tmp_path / "idx", timeout=120)  # a hang fails here
+    assert p.returncode == 0, p.stderr
+    s = settings_at(root, tmp_path / "idx")
+    assert not any(i.startswith("d/x:") for i in hio.catalog_ids(s))
+    assert len({i.rsplit(":", 2)[0] for i in hio.catalog_ids(s)}) == 60
+
+    async def calls() -> list[str]:
+        async with hio.session(s) as (client, _):
+            return [hio.answer_code(await client.call_tool(t, a)) for t, a in (
+                ("rag_health", {}), ("rag_query", {"query": "return value", "k": 3}))]
+
+    got: list[list[str]] = []
+    t = threading.Thread(target=lambda: got.append(anyio.run(calls)), daemon=True)
+    t.start()
+    t.join(60)
+    assert got == [["ok", "ok"]]
