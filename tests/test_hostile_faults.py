@@ -227,7 +227,6 @@ def test_a_full_disk_is_named_with_the_fix(tmp_path: Path,
     assert p.returncode == 5 and "disk full" in p.stderr and "--index-dir" in p.stderr, p.stderr
 
 
-@PENDING
 def test_a_read_only_disk_is_named_and_its_intact_index_is_served(
         tmp_path: Path, tmpfs: Callable[[str], Path]) -> None:
     root = tmp_path / "repo"
@@ -293,3 +292,30 @@ def test_a_hostile_gitignore_hangs_neither_indexing_nor_serving(tmp_path: Path) 
     t.start()
     t.join(60)
     assert got == [["ok", "ok"]]
+
+
+# --- damage under a running server -------------------------------------------------------------
+
+
+def test_cutting_lexical_files_under_a_running_server_never_kills_it(tmp_path: Path) -> None:
+    """tantivy memory-maps its segments: a file cut short under a reader killed the server with
+    SIGBUS (the client saw "Connection closed"). The server now reads a private copy."""
+    root = tmp_path / "repo"
+    write_repo(root, 150, 0)
+    s = load_settings({"root": str(root), "embed_model": hc.HASH})
+    run_index(s)
+    srv = hio.RawStdio(root, tmp_path / "logs", tmp_path / "stderr.txt").start()
+    try:
+        for rid in (10, 11):  # a new query each time: an answer from the cache proves nothing
+            srv.send(hc._call("rag_query", {"query": f"function {rid} of module {rid}"}, rid))
+            msg, _ = srv.until(rid)
+            assert msg is not None and "result" in msg, msg
+            for f in (current_dir(s) / "lexical").iterdir():
+                if f.is_file() and f.suffix in (".idx", ".term", ".pos", ".fast", ".store"):
+                    os.truncate(f, 0)
+        srv.send(hc._call("rag_query", {"query": "variant of module twelve"}, 12))
+        msg, _ = srv.until(12)
+        assert srv.proc.poll() is None, (tmp_path / "stderr.txt").read_text()[-2000:]
+        assert msg is not None and "result" in msg, msg
+    finally:
+        srv.close()

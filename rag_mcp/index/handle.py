@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -98,6 +101,14 @@ def verify_generation(gen_dir: Path, manifest: dict[str, Any]) -> None:
             time.sleep(0.25)
 
 
+def _read_only(path: Path) -> bool:
+    """Whether ``path`` is on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 class OpenIndex:
     """One published generation, opened and checked; immutable while open."""
 
@@ -108,17 +119,28 @@ class OpenIndex:
         self._pin = gen.ReaderPin(pointer.dir) if pointer.dir.is_dir() else None
         self.catalog: Catalog | None = None
         self.vectors: VectorStore | None = None
+        self._copy: Path | None = None
         try:
             self.manifest = gen.read_manifest(pointer.dir)
             verify_generation(pointer.dir, self.manifest)
-            self.catalog = Catalog(pointer.dir / gen.CATALOG, readonly=True)
+            src = pointer.dir
+            if not settings.chroma_url and _read_only(src):
+                # Chroma writes to its database when it opens one: serve a private copy, checked
+                # against the manifest like the original.
+                self._copy = Path(tempfile.mkdtemp(prefix="rag-generation-"))
+                src = self._copy / pointer.dir.name
+                shutil.copytree(pointer.dir, src, ignore=shutil.ignore_patterns(
+                    "*.lock", gen.READERS))
+                verify_generation(src, self.manifest)
+            self.catalog = Catalog(src / gen.CATALOG, readonly=True)
             counts = self.catalog.counts()
             if counts["spans"] != self.manifest.get("spans"):
                 raise IndexUnavailable(
                     f"generation {pointer.dir.name} is inconsistent: the catalog holds "
                     f"{counts['spans']} spans, the manifest says {self.manifest.get('spans')}"
                 )
-            self.lexical = LexicalIndex(pointer.dir / gen.LEXICAL)
+            self.lexical = LexicalIndex.private_copy(
+                src / gen.LEXICAL, self.manifest.get("checksums"), f"{gen.LEXICAL}/")
             if self.lexical.num_docs() != counts["spans"]:
                 raise IndexUnavailable(
                     f"generation {pointer.dir.name} is inconsistent: the lexical index does "
@@ -126,7 +148,7 @@ class OpenIndex:
                 )
             self.lexical.search(["rag-mcp-open-check"], 1)  # opens the postings of both fields
             self.vectors = store_class(settings).open_reader(
-                settings, pointer.dir, str(self.manifest.get("vector_collection", "")))
+                settings, src, str(self.manifest.get("vector_collection", "")))
             if not self.vectors.holds(self.manifest.get("vectors")):
                 raise IndexUnavailable(
                     f"generation {pointer.dir.name} is inconsistent: the vector store does not "
@@ -146,6 +168,12 @@ class OpenIndex:
         if self.vectors is not None:
             self.vectors.close()
             self.vectors = None
+        lexical: LexicalIndex | None = getattr(self, "lexical", None)
+        if lexical is not None:
+            lexical.close()
+        if self._copy is not None:
+            shutil.rmtree(self._copy, ignore_errors=True)
+            self._copy = None
         if self.catalog is not None:
             self.catalog.close()
         if self._pin is not None:
