@@ -161,7 +161,6 @@ def test_current_as_a_fifo_hangs_neither_the_server_nor_the_indexer(
 # --- a hard link swapped in after indexing -------------------------------------------------------
 
 
-@PENDING
 def test_a_hard_link_swapped_in_after_indexing_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     (root / "src").mkdir(parents=True)

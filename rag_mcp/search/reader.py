@@ -85,8 +85,14 @@ def open_inside(root: Path, rel: str, *, max_bytes: int = MAX_READ_BYTES) -> byt
     finally:
         os.close(fd)
     try:
-        if not stat.S_ISREG(os.fstat(ffd).st_mode):
+        st = os.fstat(ffd)
+        if not stat.S_ISREG(st.st_mode):
             raise NotFound(f"{rel} is not a regular file")
+        if st.st_nlink > 1:
+            # A hard link is the same file under another name, possibly outside the root: one
+            # swapped in after indexing would read it (its lines around a matching span).
+            raise NotFound(f"{rel} is a hard link to a file that has other names; rag-mcp "
+                           "does not read hard-linked files")
         os.set_blocking(ffd, True)
         with os.fdopen(ffd, "rb", closefd=False) as fh:
             data = fh.read(max_bytes + 1)
