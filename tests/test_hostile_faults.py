@@ -120,7 +120,6 @@ def test_plain_rag_index_repairs_what_status_reports(small_index: tuple[Path, Pa
     assert "damage" not in (again.stdout + again.stderr).lower(), again.stdout
 
 
-@PENDING
 @pytest.mark.parametrize("name", ["CURRENT", "writer.lock"])
 def test_a_directory_where_a_file_belongs_needs_no_manual_deletion(
         small_index: tuple[Path, Path, Settings], name: str) -> None:
@@ -136,7 +135,6 @@ def test_a_directory_where_a_file_belongs_needs_no_manual_deletion(
     assert anyio.run(answer, s)[0] == "ok"
 
 
-@PENDING
 def test_current_as_a_fifo_hangs_neither_the_server_nor_the_indexer(
         small_index: tuple[Path, Path, Settings]) -> None:
     root, index, s = small_index
@@ -318,3 +316,18 @@ def test_cutting_lexical_files_under_a_running_server_never_kills_it(tmp_path: P
         assert msg is not None and "result" in msg, msg
     finally:
         srv.close()
+
+
+def test_current_as_a_link_to_dev_zero_is_damage_not_a_hang(
+        small_index: tuple[Path, Path, Settings]) -> None:
+    root, index, s = small_index
+    (s.index_path / "CURRENT").unlink()
+    (s.index_path / "CURRENT").symlink_to("/dev/zero")
+    got: list[tuple[str, str]] = []
+    t = threading.Thread(target=lambda: got.append(anyio.run(answer, s)), daemon=True)
+    t.start()
+    t.join(60)
+    assert got and got[0][0] == "E_INDEX_UNAVAILABLE", got
+    p = rag_index(root, index, timeout=120)
+    no_traceback(p)
+    assert p.returncode == 0 and anyio.run(answer, s)[0] == "ok"
