@@ -144,6 +144,9 @@ _TEXT_FIELDS = frozenset({"path", "symbol", "parent", "heading", "preview"})
 
 
 def render_status(st: dict[str, Any]) -> str:
+    if "stale_files" not in st:
+        return (f"Index of {st['root']}\n  DAMAGED      {st['damaged']} — run "
+                f"`rag-index --root {st['root']}` to repair it")
     stale = st["stale_files"]
     lines = [
         f"Index of {st['root']}",
@@ -162,6 +165,9 @@ def render_status(st: dict[str, Any]) -> str:
     for what in ("changed", "added", "deleted"):
         for p in st["stale"][what][:10]:
             lines.append(f"    {what:8} {p}")
+    if st.get("damaged"):
+        lines.append(f"  DAMAGED      {st['damaged']} — run `rag-index --root {st['root']}` to "
+                     "repair it")
     return "\n".join(lines)
 
 
@@ -189,6 +195,20 @@ def _confirm_default_root(root: Path) -> None:
             return
     raise InvalidArgument(f"{ask}; name the folder to index (rag-index PATH), or pass --yes to "
                           "index this one")
+
+
+def _damage(settings: Settings) -> str | None:
+    """What a server would refuse in the published generation (None: it opens and checks)."""
+    from rag_mcp.index import generation as gen
+    from rag_mcp.index.handle import OpenIndex
+
+    try:
+        pointer = gen.read_pointer(settings.index_path)
+        if pointer is not None:
+            OpenIndex(settings, pointer).close()
+    except IndexUnavailable as exc:
+        return exc.message
+    return None
 
 
 def _under(name: str, base: Path) -> bool:
@@ -253,8 +273,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.status:
             from indexers.status import index_status
 
-            st = index_status(settings)
-            st["stale"] = {k: [redact_label(p) for p in v] for k, v in st["stale"].items()}
+            damaged = _damage(settings)
+            try:
+                st = index_status(settings)
+                st["stale"] = {k: [redact_label(p) for p in v] for k, v in st["stale"].items()}
+            except (sqlite3.DatabaseError, IndexUnavailable):
+                if damaged is None:
+                    raise
+                st = {"root": settings.root}  # too damaged to count: say what and how to fix
+            st["damaged"] = damaged
             print(orjson.dumps(st).decode() if args.json else render_status(st))
             return 0
         if args.spans is not None:

@@ -78,7 +78,6 @@ def small_index(tmp_path: Path) -> tuple[Path, Path, Settings]:
 # --- the index carries no damage forward, and repairs itself -----------------------------------
 
 
-@PENDING
 def test_an_incremental_run_never_reblesses_a_damaged_generation(
         small_index: tuple[Path, Path, Settings]) -> None:
     root, index, s = small_index
@@ -93,7 +92,6 @@ def test_an_incremental_run_never_reblesses_a_damaged_generation(
     assert anyio.run(answer, s)[0] == "ok"
 
 
-@PENDING
 @pytest.mark.parametrize("damage", ["delete chroma", "delete lexical", "flip catalog",
                                     "flip lexical", "truncate catalog"])
 def test_plain_rag_index_repairs_what_status_reports(small_index: tuple[Path, Path, Settings],
