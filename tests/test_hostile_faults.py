@@ -329,3 +329,28 @@ def test_current_as_a_link_to_dev_zero_is_damage_not_a_hang(
     p = rag_index(root, index, timeout=120)
     no_traceback(p)
     assert p.returncode == 0 and anyio.run(answer, s)[0] == "ok"
+
+
+def test_nan_vectors_are_damage_that_rag_index_repairs(tmp_path: Path) -> None:
+    """NaN written into the stored vectors passed the structural check and reached the client
+    as a schema error; now the generation is refused with the fix, and rag-index rebuilds it."""
+    import struct
+
+    root = tmp_path / "repo"
+    write_repo(root, 100, 0)  # > 1,000 spans: Chroma persists an HNSW graph
+    index = tmp_path / "index"
+    s = settings_at(root, index)
+    run_index(s)
+    header = next(current_dir(s).glob("chroma/*/header.bin")).read_bytes()
+    size, label_at, offset = (struct.unpack_from("<Q", header, at)[0] for at in (28, 36, 44))
+    data = next(current_dir(s).glob("chroma/*/data_level0.bin"))
+    with data.open("r+b") as fh:
+        fh.seek(5 * size + offset)
+        fh.write(struct.pack("<f", float("nan")) * ((label_at - offset) // 4))
+    code, message = anyio.run(answer, s)
+    assert code == "E_INDEX_UNAVAILABLE" and "rag-index" in message, message
+    status = rag_index(root, index, "--status")
+    assert "DAMAGED" in status.stdout, status.stdout
+    p = rag_index(root, index)
+    no_traceback(p)
+    assert p.returncode == 0 and anyio.run(answer, s)[0] == "ok"

@@ -39,7 +39,14 @@ def _links_point_nowhere(data: Path, raw: bytes) -> bool:
     counts = rows[:, 0] & 0xFFFF
     links = rows[:, 1:1 + max_m0]
     used = np.arange(max_m0)[None, :] < counts[:, None]
-    return bool((counts > max_m0).any() or (links[used] >= total).any())
+    if (counts > max_m0).any() or (links[used] >= total).any():
+        return True
+    # the vectors (offsetData to label_offset): a NaN passed every other check and reached the
+    # client as a schema error
+    offset, label_at = struct.unpack_from("<Q", raw, 44)[0], struct.unpack_from("<Q", raw, 36)[0]
+    if offset < label_at <= size:
+        return not bool(np.isfinite(rows.view("<f4")[:, offset // 4 : label_at // 4]).all())
+    return False
 
 
 def _bad_norms(norms: Path, cur: int) -> bool:
@@ -57,7 +64,8 @@ def check_graphs(gen_dir: Path) -> None:
     checksummed ``header.bin`` (a 4-byte version, then offsetLevel0, max_elements,
     cur_element_count, size_data_per_element, label_offset, offsetData, maxlevel, enterpoint,
     maxM, maxM0, ...): each element starts with a link count (low 16 bits) and maxM0 neighbour
-    ids. Every count must be at most maxM0 and every neighbour an element of the file; every norm
+    ids, then the vector. Every count must be at most maxM0, every neighbour an element of the
+    file and every vector component a number; every norm
     in ``length.bin`` must be a finite non-negative float (garbage there gives wrong answers
     rather than a crash). Headers of another shape are left to Chroma.
     """
