@@ -354,3 +354,29 @@ def test_nan_vectors_are_damage_that_rag_index_repairs(tmp_path: Path) -> None:
     p = rag_index(root, index)
     no_traceback(p)
     assert p.returncode == 0 and anyio.run(answer, s)[0] == "ok"
+
+
+def test_a_catalog_damaged_under_a_running_server_is_unavailable_not_internal(
+        tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    write_repo(root, 150, 0)  # a catalog larger than SQLite's page cache
+    s = settings_at(root, tmp_path / "index")
+    run_index(s)
+
+    async def run() -> list[str]:
+        codes = []
+        async with hio.session(s) as (client, _):
+            r = await client.call_tool("rag_query", QUERY)
+            codes.append(hio.answer_code(r))
+            catalog = current_dir(s) / "spans.sqlite"
+            catalog.write_bytes(os.urandom(catalog.stat().st_size))
+            for i in range(3):  # new queries (no cache), spans read by ID
+                r = await client.call_tool("rag_query", {"query": f"module {i * 40} variant",
+                                                         "include_text": True, "k": 10})
+                codes.append(hio.answer_code(r))
+                assert "rag-index" in hio.text(r) or codes[-1] == "ok", hio.text(r)
+        return codes
+
+    codes = anyio.run(run)
+    assert codes[0] == "ok" and "E_INTERNAL" not in codes, codes
+    assert "E_INDEX_UNAVAILABLE" in codes, codes
