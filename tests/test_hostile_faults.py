@@ -1,7 +1,7 @@
 """Faults an independent attack found: each test is that finding's reproduction recipe.
 
 Black-box where the finding was: the rag-index command line, a real stdio server process, an
-MCP client session. docs/SECURITY.md reports the same cases at full size (bench/hostile.py).
+MCP client session. docs/SECURITY.md reports the same cases at full size (bench/safety/hostile.py).
 """
 
 from __future__ import annotations
