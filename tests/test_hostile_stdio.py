@@ -131,3 +131,27 @@ def test_a_client_that_never_reads_cannot_grow_the_server(indexed: Settings,
     proc.stdin.close()
     proc.stdin = None
     ended_cleanly(proc)
+
+
+def rag_mcp_ask(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rag_mcp", "ask", *args], capture_output=True,
+                          text=True, timeout=300, check=False,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+@pytest.mark.slow
+def test_ask_logs_where_told_and_exits_with_the_codes_status(indexed: Settings,
+                                                             tmp_path: Path) -> None:
+    """``--log-dir`` reaches the server it spawns, and a refusal exits with its code's status
+    (it was 1 for all of them)."""
+    logs = tmp_path / "ask-logs"
+    ok = rag_mcp_ask("--root", indexed.root, "--log-dir", str(logs), "function")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert b"rag_query" in b"".join(p.read_bytes() for p in logs.glob("*.jsonl"))
+    bad_k = rag_mcp_ask("--root", indexed.root, "--k", "50", "function")
+    assert bad_k.returncode == 2 and "E_INVALID_ARGUMENT" in bad_k.stderr, bad_k.stderr[-2000:]
+    no_index = rag_mcp_ask("--root", indexed.root, "--index-dir", str(tmp_path / "none"),
+                           "function")
+    assert no_index.returncode == 5 and "E_INDEX_UNAVAILABLE" in no_index.stderr
+    for p in (ok, bad_k, no_index):
+        assert "Traceback" not in p.stderr

@@ -103,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rag_mcp.serve.ask import ask
 
             return ask(settings, args.query, k=args.k, include_text=args.include_text,
-                       as_json=args.json, config=args.config)
+                       as_json=args.json, config=args.config, index_dir=args.index_dir,
+                       log_dir=args.log_dir)
         if args.command == "config":
             from rag_mcp.serve.clients import client_config
 
