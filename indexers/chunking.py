@@ -10,7 +10,7 @@ from rag_mcp.index.spans import Chunk, split_lines
 
 # Bumped when the mapping from file to chunks changes in this module; the code and docs
 # chunkers carry their own versions.
-DISPATCH_VERSION = "2"
+DISPATCH_VERSION = "3"  # 3: the per-file span cap; legacy encodings detected
 CHUNKER_VERSION = (
     f"{code.CHUNKER_VERSION}+docs-{docs.DOCS_CHUNKER_VERSION}+dispatch-{DISPATCH_VERSION}"
 )
@@ -36,6 +36,12 @@ OTHER_CODE_NAMES = {
     "Containerfile": "dockerfile", "CMakeLists.txt": "cmake", "Jenkinsfile": "groovy",
     "Vagrantfile": "ruby", "Procfile": "conf",
 }
+
+#: a file cut into more spans than this gets line windows instead, as many as fit under it: one
+#: 200 KB file of 10,000 one-line headings became 10,000 spans (a third of a large repository's
+#: vectors for one file, and search results crowded by it). Ordinary source stays far below:
+#: 1 MB (``index.max_file_bytes``) of 1,500-character spans is ~700.
+MAX_SPANS_PER_FILE = 1000
 
 
 CODE_NAMES = frozenset(lang.name for lang in languages.CODE_LANGUAGES)
@@ -89,6 +95,11 @@ def chunk_file(rel: str, text: str, *, budget_chars: int, window_lines: int,
         chunks = docs.chunk_doc(text, language, budget_chars=budget_chars, path=rel)
     else:
         fallback = "unsupported_language"
+    if chunks is not None and len(chunks) > MAX_SPANS_PER_FILE:
+        fallback = "too_many_spans"
+        # windows start every (window - overlap) lines: step past enough lines per window
+        window_lines = max(window_lines, -(-len(lines) // MAX_SPANS_PER_FILE) + window_overlap)
+        chunks = None
     if chunks is None:
         chunks = windows.line_windows(lines, window=window_lines, overlap=window_overlap,
                                       kind=kind, reason=fallback)

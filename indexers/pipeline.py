@@ -153,7 +153,7 @@ class _Run:
         else:
             if self.paths is not None:
                 self.p.log("no index to update yet: indexing the whole tree")
-            cs = changes.from_walk(self.s, old, skipped)
+            cs = changes.from_walk(self.s, old, skipped, on_progress=self.p.walking)
         self.stats.walk_seconds = time.perf_counter() - t0
         self.stats.files_total = cs.present
         return cs
@@ -290,6 +290,10 @@ class _Run:
     def store_file(self, w: Work, catalog: Catalog, lexical: LexicalIndex,
                    vectors: VectorWriter) -> None:
         """Store one chunked file's record and spans; its vectors go to ``vectors``."""
+        # A file counts once stored (the model is at most one pool of spans behind, so the ETA
+        # still follows it); counted only when its spans were embedded, a run whose spans fit
+        # in one pool showed "0/N files" until its end, and skipped files never counted.
+        self.p.advance(files=1, spans=len(w.spans))
         if w.record is None:
             c = w.cand
             self.skipped_files[c.rel] = (c.size, c.mtime_ns, w.skip)
@@ -302,7 +306,6 @@ class _Run:
             lexical.add(sid, tokenize(text), name_tokens(span.path, span.symbol or span.heading))
             vectors.want(key, emb)
         self.stats.spans_added += len(w.spans)
-        self.p.advance(spans=len(w.spans))
         vectors.file_stored()
 
     def commit(self, catalog: Catalog, lexical: LexicalIndex,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rag_mcp.errors import InvalidArgument, NotFound, RagError, Stale
-from rag_mcp.index.spans import digest, make_span_id, span_text, split_lines
+from rag_mcp.index.spans import decode_text, digest, make_span_id, span_text, split_lines
 
 TRUNCATED = "\n[truncated]"
 
@@ -129,7 +129,7 @@ def locate(lines: list[str], start: int, end: int, want: str, first_line: str) -
 def file_lines(root: Path, rel: str, *, max_bytes: int = MAX_READ_BYTES) -> list[str]:
     """The file's lines as the indexer numbered them (``open_inside``'s checks apply)."""
     data = open_inside(root, rel, max_bytes=max_bytes)
-    return split_lines(data.decode("utf-8", errors="replace").lstrip("\ufeff"))
+    return split_lines(decode_text(data))
 
 
 def _unchanged(lines: list[str], start: int, end: int, want: str) -> bool:
