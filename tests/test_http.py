@@ -295,6 +295,25 @@ def test_health_endpoint(sample_repo: Path, indexed: Settings) -> None:
         assert r.json()["error"] == "E_INDEX_UNAVAILABLE" and str(sample_repo) not in r.text
 
 
+def test_a_rotated_x_forwarded_for_does_not_escape_the_rate_limit(indexed: Settings) -> None:
+    """From loopback (every local process, every tunnel) a new X-Forwarded-For per attempt was
+    believed: unlimited failed-token attempts. Forwarded headers count only from proxies the
+    operator names (``http.trusted_proxies``)."""
+    s = settings_for(Path(indexed.root), http_token=TOKEN)
+    with serving(s) as url, httpx.Client(timeout=30) as c:
+        codes = [c.post(url, json=INIT, headers={
+            **MCP_HEADERS, "Authorization": "Bearer x", "X-Forwarded-For": f"203.0.113.{i}"}
+        ).status_code for i in range(rag_http.AUTH_FAILURE_BURST + 2)]
+        assert 429 in codes, codes
+    trusting = settings_for(Path(indexed.root), http_token=TOKEN,
+                            http_trusted_proxies="127.0.0.1")
+    with serving(trusting) as url, httpx.Client(timeout=30) as c:
+        codes = [c.post(url, json=INIT, headers={
+            **MCP_HEADERS, "Authorization": "Bearer x", "X-Forwarded-For": f"203.0.113.{i}"}
+        ).status_code for i in range(rag_http.AUTH_FAILURE_BURST + 2)]
+        assert set(codes) == {401}, codes  # a named proxy's clients are told apart
+
+
 def test_rate_limiter_buckets() -> None:
     now = [0.0]
     rl = rag_http.RateLimiter(3, 1.0, max_keys=2, clock=lambda: now[0])

@@ -424,10 +424,13 @@ def make_server(server: RagServer, settings: Settings) -> tuple[uvicorn.Server, 
     check_exposure(settings)
     app = build_app(server, settings)
     sock = bind(settings.http_host, settings.http_port)
-    # proxy_headers (uvicorn's default) trusts X-Forwarded-For only from loopback peers, i.e. a
-    # local tunnel, so rate limits apply per real client behind it.
+    # X-Forwarded-For is believed only from the proxies the operator names: uvicorn's default
+    # trusts it from loopback, i.e. from every local process, and a rotated header escaped the
+    # rate limits (unlimited failed-token attempts).
+    trusted = list(settings.http_trusted_proxies)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            server_header=False, timeout_graceful_shutdown=3)
+                            server_header=False, timeout_graceful_shutdown=3,
+                            proxy_headers=bool(trusted), forwarded_allow_ips=trusted or None)
     return uvicorn.Server(config), sock
 
 
