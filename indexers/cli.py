@@ -64,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--watch", action="store_true",
                       help="index, then keep the index fresh as files change (Ctrl-C stops)")
     ap.add_argument("--rebuild", action="store_true", help="ignore the existing index")
+    ap.add_argument("--verify", action="store_true",
+                    help="check every byte of the existing index, as a server does when it "
+                         "opens it (a run that finds nothing to update checks sizes, small "
+                         "files and the mtimes of large ones); repairs what it finds")
     ap.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress, only errors")
     ap.add_argument("--yes", action="store_true",
@@ -143,10 +147,15 @@ def _shown(row: dict[str, Any]) -> dict[str, Any]:
 _TEXT_FIELDS = frozenset({"path", "symbol", "parent", "heading", "preview"})
 
 
+def _repair(st: dict[str, Any]) -> str:
+    """The run that repairs what ``--status`` found: damage only a full check sees needs one."""
+    return f"rag-index --root {st['root']}" + (" --verify" if st.get("verified") else "")
+
+
 def render_status(st: dict[str, Any]) -> str:
     if "stale_files" not in st:
         return (f"Index of {st['root']}\n  DAMAGED      {st['damaged']} — run "
-                f"`rag-index --root {st['root']}` to repair it")
+                f"`{_repair(st)}` to repair it")
     stale = st["stale_files"]
     lines = [
         f"Index of {st['root']}",
@@ -166,8 +175,7 @@ def render_status(st: dict[str, Any]) -> str:
         for p in st["stale"][what][:10]:
             lines.append(f"    {what:8} {p}")
     if st.get("damaged"):
-        lines.append(f"  DAMAGED      {st['damaged']} — run `rag-index --root {st['root']}` to "
-                     "repair it")
+        lines.append(f"  DAMAGED      {st['damaged']} — run `{_repair(st)}` to repair it")
     return "\n".join(lines)
 
 
@@ -197,14 +205,16 @@ def _confirm_default_root(root: Path) -> None:
                           "index this one")
 
 
-def _damage(settings: Settings) -> str | None:
-    """What a server would refuse in the published generation (None: it opens and checks)."""
+def _damage(settings: Settings, verify: bool) -> str | None:
+    """The damage a plain ``rag-index`` run would find and repair (with ``verify``, all that a
+    server would refuse); None when there is none."""
     from rag_mcp.index import generation as gen
-    from rag_mcp.index.handle import OpenIndex
+    from rag_mcp.index.handle import OpenIndex, quick_verify
 
     try:
         pointer = gen.read_pointer(settings.index_path)
-        if pointer is not None:
+        if pointer is not None and (verify or not quick_verify(
+                pointer.dir, gen.read_manifest(pointer.dir))):
             OpenIndex(settings, pointer).close()
     except IndexUnavailable as exc:
         return exc.message
@@ -273,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.status:
             from indexers.status import index_status
 
-            damaged = _damage(settings)
+            damaged = _damage(settings, args.verify)
             try:
                 st = index_status(settings)
                 st["stale"] = {k: [redact_label(p) for p in v] for k, v in st["stale"].items()}
@@ -281,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if damaged is None:
                     raise
                 st = {"root": settings.root}  # too damaged to count: say what and how to fix
-            st["damaged"] = damaged
+            st["damaged"], st["verified"] = damaged, args.verify
             print(orjson.dumps(st).decode() if args.json else render_status(st))
             return 0
         if args.spans is not None:
@@ -315,7 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return watch_forever(settings, progress=progress, rebuild=args.rebuild)
         for root in settings.roots:  # one index per repository, in turn
             stats = run_index(settings.for_root(root) if several else settings,
-                              rebuild=args.rebuild, wait=not args.no_wait, progress=progress)
+                              rebuild=args.rebuild, wait=not args.no_wait, progress=progress,
+                              verify=args.verify)
             if args.json:
                 print(orjson.dumps(stats.to_dict()).decode())
             elif not args.quiet:

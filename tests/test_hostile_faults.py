@@ -376,3 +376,50 @@ def test_a_catalog_damaged_under_a_running_server_is_unavailable_not_internal(
     codes = anyio.run(run)
     assert codes[0] == "ok" and "E_INTERNAL" not in codes, codes
     assert "E_INDEX_UNAVAILABLE" in codes, codes
+
+
+# --- a run that finds nothing to update checks the index quickly ------------------------------
+
+
+def test_a_noop_run_checks_quickly_and_verify_checks_every_byte(
+        small_index: tuple[Path, Path, Settings], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A no-op rag-index opened the whole index as a server would (every byte hashed, every
+    store opened): it now compares sizes and mtimes of large files and hashes small ones;
+    --verify still reads everything. Here every file counts as large."""
+    from rag_mcp.index import handle
+
+    root, index, s = small_index
+    monkeypatch.setattr(handle, "QUICK_HASH_BYTES", 0)
+    d = current_dir(s)
+    manifest = gen.read_manifest(d)
+    assert handle.quick_verify(d, manifest)
+    catalog = d / gen.CATALOG
+    st = catalog.stat()
+    flip_bit(catalog)  # damage written into a file moves its mtime: seen
+    with pytest.raises(handle.IndexUnavailable, match="changed since it was written"):
+        handle.quick_verify(d, manifest)
+    os.utime(catalog, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... unless it is put back
+    assert handle.quick_verify(d, manifest)
+    assert not run_index(s).published  # the quick check cannot see it: nothing to update
+    stats = run_index(s, verify=True)  # every byte: found, said and repaired
+    assert stats.published and "damaged" in stats.rebuilt
+    assert anyio.run(answer, s)[0] == "ok"
+    del manifest["stats"]  # a manifest written before stats were recorded: verify fully
+    assert not handle.quick_verify(current_dir(s), manifest)
+
+
+def test_a_run_with_changes_opens_the_base_fully_before_building_on_it(
+        small_index: tuple[Path, Path, Settings], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Damage the quick check cannot see is never carried into the next generation."""
+    from rag_mcp.index import handle
+
+    root, index, s = small_index
+    monkeypatch.setattr(handle, "QUICK_HASH_BYTES", 0)
+    catalog = current_dir(s) / gen.CATALOG
+    st = catalog.stat()
+    flip_bit(catalog)
+    os.utime(catalog, ns=(st.st_atime_ns, st.st_mtime_ns))
+    (root / "pkg0" / "mod0.py").write_text("def changed():\n    return 'changed'\n")
+    stats = run_index(s)
+    assert stats.published and "damaged" in stats.rebuilt
+    assert anyio.run(answer, s)[0] == "ok"

@@ -56,7 +56,7 @@ def _bad_norms(norms: Path, cur: int) -> bool:
     return not (np.isfinite(n).all() and (n >= 0).all() and (n < 1e6).all())
 
 
-def check_graphs(gen_dir: Path) -> None:
+def check_graphs(gen_dir: Path, max_bytes: int | None = None) -> None:
     """Refuse an HNSW graph whose links point nowhere, before Chroma's loader follows them.
 
     ``data_level0.bin`` is only size-checked by the manifest (see ``SIZE_ONLY``), yet garbage in
@@ -67,12 +67,14 @@ def check_graphs(gen_dir: Path) -> None:
     ids, then the vector. Every count must be at most maxM0, every neighbour an element of the
     file and every vector component a number; every norm
     in ``length.bin`` must be a finite non-negative float (garbage there gives wrong answers
-    rather than a crash). Headers of another shape are left to Chroma.
+    rather than a crash). Headers of another shape are left to Chroma, and so are graphs over
+    ``max_bytes`` when it is given (a quick check).
     """
     for header in gen_dir.glob("chroma/*/header.bin"):
         data = header.with_name("data_level0.bin")
         raw = header.read_bytes()
-        if len(raw) != 100 or not data.is_file():
+        if len(raw) != 100 or not data.is_file() or (
+                max_bytes is not None and data.stat().st_size > max_bytes):
             continue
         size = struct.unpack_from("<Q", raw, 28)[0]
         offset = struct.unpack_from("<Q", raw, 44)[0]  # offsetData: after the links
