@@ -47,6 +47,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rag_mcp.config import Settings, is_loopback
 from rag_mcp.errors import ConfigError, RagError
+from rag_mcp.serve.http_sessions import SessionRoom
 
 if TYPE_CHECKING:
     import uvicorn
@@ -383,7 +384,7 @@ def build_app(server: RagServer, settings: Settings) -> ASGIApp:
         return JSONResponse(body, status_code=status)
 
     server.custom_route(HEALTH_PATH, methods=["GET"], include_in_schema=False)(health)
-    return Guard(server.streamable_http_app(), settings)
+    return Guard(SessionRoom(server.streamable_http_app(), MCP_PATH), settings)
 
 
 @contextmanager
