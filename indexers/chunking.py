@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from indexers import code, docs, languages, windows
@@ -10,7 +10,7 @@ from rag_mcp.index.spans import Chunk, split_lines
 
 # Bumped when the mapping from file to chunks changes in this module; the code and docs
 # chunkers carry their own versions.
-DISPATCH_VERSION = "3"  # 3: the per-file span cap; legacy encodings detected
+DISPATCH_VERSION = "4"  # 3: wiki trees, documents; 4: the per-file span cap, legacy encodings
 CHUNKER_VERSION = (
     f"{code.CHUNKER_VERSION}+docs-{docs.DOCS_CHUNKER_VERSION}+dispatch-{DISPATCH_VERSION}"
 )
@@ -57,8 +57,9 @@ class FileChunks:
     fallback: str
 
 
-def classify(rel: str, head: str) -> tuple[str, str]:
-    """``(language, kind)`` of a file from its path and first characters."""
+def classify(rel: str, head: str, *, wiki_page: bool = False) -> tuple[str, str]:
+    """``(language, kind)`` of a file from its path and first characters; ``wiki_page``: the
+    file is in a DokuWiki page tree."""
     lang = languages.code_language_for_path(rel)
     if lang:
         return lang, "code"
@@ -67,7 +68,7 @@ def classify(rel: str, head: str) -> tuple[str, str]:
         lang = languages.code_language_for_shebang(head.split("\n", 1)[0])
         if lang:
             return lang, "code"
-    fmt = docs.detect_doc_format(rel, head)
+    fmt = docs.detect_doc_format(rel, head, wiki_page=wiki_page)
     if fmt:
         return fmt, ("text" if fmt == "text" else "doc")
     p = PurePosixPath(rel)
@@ -77,11 +78,42 @@ def classify(rel: str, head: str) -> tuple[str, str]:
     return "text", "text"
 
 
-def chunk_file(rel: str, text: str, *, budget_chars: int, window_lines: int,
-               window_overlap: int) -> FileChunks:
-    """Cut one file into chunks; never fails on odd input (falls back to line windows)."""
+def chunk_pages(lines: list[str], page_starts: tuple[int, ...], budget_chars: int
+                ) -> list[Chunk]:
+    """A document's text cut page by page (a span never spans two pages), each page's
+    paragraphs packed up to the budget; every chunk carries its ``page``."""
+    out: list[Chunk] = []
+    ends = [*page_starts[1:], len(lines) + 1]
+    for page, (start, end) in enumerate(zip(page_starts, ends, strict=True), 1):
+        if start >= end:
+            continue
+        for ch in docs.chunk_doc("\n".join(lines[start - 1:end - 1]), "text",
+                                 budget_chars=budget_chars):
+            out.append(replace(ch, start_line=ch.start_line + start - 1,
+                               end_line=ch.end_line + start - 1, kind="doc",
+                               meta=(*ch.meta, ("page", str(page)))))
+    return out
+
+
+def chunk_extracted(text: str, fmt: str, page_starts: tuple[int, ...], *,
+                    budget_chars: int) -> FileChunks:
+    """Chunks of a document's extracted text (``rag_mcp.index.documents``): a PDF page by
+    page, a .docx (extracted as Markdown) by its headings. Their language is the format."""
     lines = split_lines(text)
-    language, kind = classify(rel, text[:4096])
+    if fmt == "pdf":
+        return FileChunks(fmt, "doc", chunk_pages(lines, page_starts, budget_chars), lines, "")
+    # a Word file has no web page: its headings' slugs would be anchors of nothing
+    chunks = [replace(c, meta=tuple(m for m in c.meta if m[0] != "anchor"))
+              for c in docs.chunk_doc(text, "markdown", budget_chars=budget_chars)]
+    return FileChunks(fmt, "doc", chunks, lines, "")
+
+
+def chunk_file(rel: str, text: str, *, budget_chars: int, window_lines: int,
+               window_overlap: int, page_id: str = "") -> FileChunks:
+    """Cut one file into chunks; never fails on odd input (falls back to line windows).
+    ``page_id``: the file is the DokuWiki page with this ID (``indexers.wiki``)."""
+    lines = split_lines(text)
+    language, kind = classify(rel, text[:4096], wiki_page=bool(page_id))
     fallback = ""
     chunks: list[Chunk] | None = None
     if kind == "code" and language in CODE_NAMES:
@@ -92,7 +124,8 @@ def chunk_file(rel: str, text: str, *, budget_chars: int, window_lines: int,
         except RecursionError:
             fallback = "too_deep"
     elif kind in ("doc", "text") and language in ("markdown", "dokuwiki", "rst", "text"):
-        chunks = docs.chunk_doc(text, language, budget_chars=budget_chars, path=rel)
+        chunks = docs.chunk_doc(text, language, budget_chars=budget_chars, path=rel,
+                                page_id=page_id)
     else:
         fallback = "unsupported_language"
     if chunks is not None and len(chunks) > MAX_SPANS_PER_FILE:

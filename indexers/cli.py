@@ -109,6 +109,17 @@ def _top(d: dict[str, Any], n: int = 8) -> str:
     return shown + (f" · +{len(items) - n} more" if len(items) > n else "") if items else "none"
 
 
+#: documents named in the summary at most
+MAX_NAMED = 20
+NOT_READ = {
+    "encrypted": "encrypted (needs a password to open)",
+    "damaged_document": "damaged (the PDF cannot be parsed)",
+    "no_text": "no text layer (a scanned PDF needs OCR first)",
+    "unsupported_document": "format not read (of documents, PDF and .docx are; export it as "
+                            "one of them or as Markdown)",
+}
+
+
 def render_summary(stats: Any) -> str:
     s = stats
     head = (f"Indexed {s.root} → generation {s.generation} in {s.seconds:.1f} s"
@@ -132,6 +143,11 @@ def render_summary(stats: Any) -> str:
     ]
     if s.fallback:
         lines.append(f"  line windows {_top(dict(s.fallback))} (files)")
+    for path, reason in list(s.not_read.items())[:MAX_NAMED]:
+        lines.append(f"  not read     {path}: {NOT_READ.get(reason, reason)}")
+    if len(s.not_read) > MAX_NAMED:
+        lines.append(f"  not read     +{len(s.not_read) - MAX_NAMED} more (rag-index --json lists "
+                     "them all)")
     return "\n".join(lines)
 
 

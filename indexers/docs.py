@@ -14,12 +14,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from indexers.doc_anchors import ANCHORS
 from indexers.doc_formats import Doc, scan_dokuwiki, scan_rst, scan_text
 from indexers.doc_markdown import scan_markdown
 from rag_mcp.index.spans import Chunk, split_lines
 
 #: bump when chunk boundaries, headings or meta change, so indexes rebuild cleanly
-DOCS_CHUNKER_VERSION = "3"
+DOCS_CHUNKER_VERSION = "4"
 
 FORMATS = ("markdown", "dokuwiki", "rst", "text")
 
@@ -35,10 +36,14 @@ _PROSE_NAMES = frozenset(
 _DW_HEADING_RE = re.compile(r"^ ?={2,}[ \t]*[^=\s].*={2,}[ \t]*$", re.MULTILINE)
 
 
-def detect_doc_format(path: str, head: str) -> str | None:
-    """The docs format of a file from its path and first few KB, or None if it is not prose."""
+def detect_doc_format(path: str, head: str, *, wiki_page: bool = False) -> str | None:
+    """The docs format of a file from its path and first few KB, or None if it is not prose.
+
+    ``wiki_page``: the file is a page of a DokuWiki page tree (``indexers.wiki``)."""
     norm = path.replace("\\", "/")
     name = norm.rsplit("/", 1)[-1].lower()
+    if wiki_page and name.endswith(".txt"):
+        return "dokuwiki"
     if name.endswith(_MARKDOWN_EXT):
         return "markdown"
     if name.endswith(_RST_EXT):
@@ -54,7 +59,8 @@ def detect_doc_format(path: str, head: str) -> str | None:
     return None
 
 
-def chunk_doc(text: str, fmt: str, *, budget_chars: int = 1500, path: str = "") -> list[Chunk]:
+def chunk_doc(text: str, fmt: str, *, budget_chars: int = 1500, path: str = "",
+              page_id: str = "") -> list[Chunk]:
     """Cut a docs file into heading sections, then into pieces of about ``budget_chars``.
 
     Rules:
@@ -72,8 +78,10 @@ def chunk_doc(text: str, fmt: str, *, budget_chars: int = 1500, path: str = "") 
       followed by "Debian" gives "Install > Linux > Debian"). Sections with content never
       merge: a chunk's heading path always names the section its content belongs to.
     - Markdown front matter (``---`` ... ``---`` at the top) goes into ``meta`` as flat string
-      pairs; its lines belong to the first chunk. A DokuWiki page under ``data/pages/`` gets its
-      page ID in ``meta["page_id"]``. Every chunk of a file carries the same ``meta``.
+      pairs; its lines belong to the first chunk. A DokuWiki page gets its page ID in
+      ``meta["page_id"]`` (``page_id``, or from a path under ``data/pages/``). Every chunk of a
+      file carries that ``meta``; a chunk of a section adds the section's ``anchor`` as the
+      site publishing the page computes it (``indexers.doc_anchors``).
     - Plain text has no headings: paragraphs are packed up to the budget, kind "text".
     """
     if fmt not in FORMATS:
@@ -85,14 +93,14 @@ def chunk_doc(text: str, fmt: str, *, budget_chars: int = 1500, path: str = "") 
         doc = scan_markdown(lines)
     elif fmt == "dokuwiki":
         doc = scan_dokuwiki(lines)
-        page_id = _page_id(path.replace("\\", "/"))
+        page_id = page_id or _page_id(path.replace("\\", "/"))
         if page_id:
             doc.meta.append(("page_id", page_id))
     elif fmt == "rst":
         doc = scan_rst(lines)
     else:
         doc = scan_text(lines)
-    return _assemble(lines, doc, budget_chars, "text" if fmt == "text" else "doc")
+    return _assemble(lines, doc, budget_chars, "text" if fmt == "text" else "doc", fmt)
 
 
 def _page_id(norm_path: str) -> str:
@@ -113,9 +121,10 @@ class _Piece:
     path: tuple[str, ...]  # heading path shown for the piece
     bare: bool  # the section has no content besides headings and front matter
     continued: bool  # a later piece of a split section
+    anchor: str  # the section's anchor ("" before the first heading)
 
 
-def _assemble(lines: list[str], doc: Doc, budget: int, kind: str) -> list[Chunk]:
+def _assemble(lines: list[str], doc: Doc, budget: int, kind: str, fmt: str) -> list[Chunk]:
     starts, ends = doc.starts, doc.ends
     if not starts:
         return []
@@ -127,6 +136,9 @@ def _assemble(lines: list[str], doc: Doc, budget: int, kind: str) -> list[Chunk]
         return pre[ends[b] + 1] - pre[starts[a]]
 
     heads = sorted(doc.heads)
+    anchor_of = ANCHORS.get(fmt)
+    seen: list[str] = []
+    anchors = {h: anchor_of(doc.heads[h][1], seen) for h in heads} if anchor_of else {}
     bounds = heads if heads and heads[0] == 0 else [0, *heads]
     pieces: list[_Piece] = []
     stack: list[tuple[int, str]] = []
@@ -141,7 +153,7 @@ def _assemble(lines: list[str], doc: Doc, budget: int, kind: str) -> list[Chunk]
         bare = all(k in doc.bare for k in range(first, last + 1))
         cuts = _cut_section(doc, first, last, head is not None, budget, size)
         for n, (a, b) in enumerate(cuts):
-            pieces.append(_Piece(a, b, path, bare, n > 0))
+            pieces.append(_Piece(a, b, path, bare, n > 0, anchors.get(first, "")))
 
     merged: list[_Piece] = []  # built back to front so chains of bare headings fold in one pass
     for piece in reversed(pieces):
@@ -168,7 +180,7 @@ def _assemble(lines: list[str], doc: Doc, budget: int, kind: str) -> list[Chunk]
             heading=label,
             preview=preview[:_PREVIEW_CHARS],
             context=(label or "") if p.continued else "",
-            meta=meta,
+            meta=(*meta, ("anchor", p.anchor)) if p.anchor else meta,
         ))
     return chunks
 

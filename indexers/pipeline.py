@@ -33,6 +33,7 @@ from indexers.vector_writer import RunCancelled, VectorWriter
 from rag_mcp.config import Settings, index_base
 from rag_mcp.embed import Embedder, model_identity
 from rag_mcp.errors import IndexUnavailable
+from rag_mcp.index import documents
 from rag_mcp.index import generation as gen
 from rag_mcp.index.catalog import Catalog
 from rag_mcp.index.handle import OpenIndex, quick_verify, verify_generation
@@ -63,6 +64,8 @@ class RunStats:
     vectors_reused: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     fallback: Counter[str] = field(default_factory=Counter)
+    #: documents not read, by path: encrypted, damaged, without text, or of a format not read
+    not_read: dict[str, str] = field(default_factory=dict)
     by_language: dict[str, int] = field(default_factory=dict)
     by_kind: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
@@ -214,6 +217,7 @@ class _Run:
                 st.generation = pointer.generation
                 st.counts_from(base_manifest)
                 st.skipped.update(base_manifest.get("skipped", {}))
+                st.not_read = documents_not_read(changes.skipped_from_manifest(base_manifest))
                 st.files_unchanged = cs.present
                 st.seconds = time.perf_counter() - t_start
                 return st
@@ -364,12 +368,19 @@ class _Run:
         st = self.stats
         st.counts_from(counts)
         st.skipped = manifest.skipped_total(cs, self.skipped_files)
+        st.not_read = documents_not_read(self.skipped_files)
         st.embedded, st.embed_seconds = vectors.embedded, vectors.embed_seconds
         st.vectors_reused = vectors.reused
         return manifest.build(self.s, identity=self.identity, store_kind=self.store.kind,
                               generation=n, dim=vectors.dim, counts=counts, vectors=n_vectors,
                               orphans=orphans, cs=cs, skipped_files=self.skipped_files,
                               run=st.to_dict())
+
+
+def documents_not_read(skipped_files: changes.SkippedFiles) -> dict[str, str]:
+    """The documents among the skipped files, with the reason each was not read."""
+    return {rel: reason for rel, (_, _, reason) in sorted(skipped_files.items())
+            if reason in documents.REASONS}
 
 
 def run_index(settings: Settings, *, rebuild: bool = False, wait: bool = True,

@@ -3,6 +3,8 @@
 Path rules, first match names the reason counted in ``WalkResult.skipped`` (a pruned directory
 counts once; nothing under it is listed):
 
+- a DokuWiki data folder (``indexers.wiki``) keeps only ``pages/`` and ``media/``: its state
+  folders (attic, cache, index, meta, locks, ...) and files are ``wiki_state``;
 - directories by name: ``vcs`` (.git ...), ``vendored`` (node_modules, bower_components, vendor,
   .venv, venv), ``build_output`` (build, dist, target, out, caches, ``*.egg-info``; bin/obj only
   next to a .NET project file), ``index_dir``; then by content marker once listed: a
@@ -14,9 +16,13 @@ counts once; nothing under it is listed):
   tree also gets the ignore files above it, though the root itself is never judged: asking for a
   folder indexes it. The user's global core.excludesFile is not read, so the index does not
   depend on who builds it. A nested repository is walked as a plain folder.
-- files: ``secret`` (see ``secret_file_reason``), ``lock_file``, ``minified``, ``generated`` and
-  ``binary_ext`` by name, ``bad_name`` (not UTF-8, a backslash, a drive-like ``c:`` at the
-  root: span IDs could not name it), ``long_path`` (over ``MAX_PATH_LEN`` characters);
+- files: ``secret`` (see ``secret_file_reason``), ``client_config`` (an assistant's MCP
+  configuration, which ``rag-mcp config --write`` may put in the repository, and its backups:
+  indexing it would report the index stale the moment it is written, and it may hold a token),
+  ``lock_file``, ``minified``, ``generated`` and ``binary_ext`` by name, ``bad_name`` (not UTF-8,
+  a backslash, a drive-like ``c:`` at the root: span IDs could not name it), ``long_path`` (over
+  ``MAX_PATH_LEN`` characters); documents (PDF, office formats) pass, to be read or named by the
+  pipeline (``rag_mcp.index.documents``);
 - after an lstat: ``symlink`` / ``symlink_outside`` (never followed), ``special`` (fifo, socket,
   device), ``empty``, ``too_large``, ``hard_link`` (a file with other names, which the reader
   refuses), ``unreadable``.
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexers.ignore_rules import Stack, encode, first_match, parse_ignore, read_ignore_file
+from indexers.wiki import WikiTrees
 from rag_mcp.config import find_git_root
 from rag_mcp.errors import InvalidArgument
 from rag_mcp.index.spans import MAX_PATH_LEN
@@ -71,7 +78,6 @@ _BINARY_EXTS = frozenset("." + e for e in """
     ttf otf woff woff2 eot
     o obj a lib so dylib dll exe bin pyc pyo pyd class dex wasm elc beam ko node
     mp3 mp4 m4a m4v wav flac ogg oga opus aac mid midi avi mov mkv webm wmv flv
-    pdf doc docx xls xlsx ppt pptx odt ods odp epub
     sqlite sqlite3 db db3 mdb parquet feather arrow avro orc npy npz pkl pickle h5 hdf5
     onnx pt pth ckpt safetensors tflite gguf swp swo
 """.split())
@@ -80,6 +86,7 @@ _BINARY_NAMES = frozenset({".ds_store", ".coverage"})
 _SECRET_NAMES = frozenset("""
     .netrc _netrc .pgpass .pypirc .git-credentials .envrc .s3cfg .vault-token htpasswd .htpasswd
     credentials.json application_default_credentials.json secrets.yml secrets.yaml secrets.json
+    users.auth.php
 """.split())
 _SECRET_IN_DIR = frozenset({(".aws", "credentials"), (".docker", "config.json"),
                             (".kube", "config")})
@@ -105,6 +112,21 @@ def secret_file_reason(rel: str) -> str | None:
     if name == ".env" or name.startswith(".env.") or name.endswith(".env"):
         return None if _ENV_TEMPLATES.intersection(name.split(".")) else "secret"
     return None
+
+
+#: assistants' project-level MCP configuration files (``rag-mcp config --write`` targets)
+CLIENT_CONFIGS = frozenset({".mcp.json", ".cursor/mcp.json", ".vscode/mcp.json",
+                            ".gemini/settings.json", ".codex/config.toml"})
+#: the backup ``rag-mcp config --write`` makes of a file it changes: ``<name>.bak-<time>``
+_CONFIG_BACKUP = re.compile(r"\.bak-\d{8}-\d{6}$")
+
+
+def client_config_reason(rel: str) -> str | None:
+    """``"client_config"`` for an assistant's MCP configuration file or its backup."""
+    if rel in CLIENT_CONFIGS:
+        return "client_config"
+    base, _, _ = rel.rpartition(".bak-")
+    return "client_config" if base in CLIENT_CONFIGS and _CONFIG_BACKUP.search(rel) else None
 
 
 def _name_reason(name: str) -> str | None:
@@ -227,6 +249,7 @@ class IgnoreMatcher:
         self._top = top
         self._prefix = "" if top == self.root else self.root.relative_to(top).as_posix() + "/"
         self._extra = parse_ignore("\n".join(extra_ignore), self._prefix, "ragignore")
+        self.wiki = WikiTrees(self.root)
         self.reset()
 
     def reset(self) -> None:
@@ -270,6 +293,9 @@ class IgnoreMatcher:
                 return "bad_name"
         if name == ".git":  # a folder, or a file pointing elsewhere (worktree, submodule)
             return "vcs"
+        wiki = self.wiki.state_reason(rel.rpartition("/")[0], name)
+        if wiki and rel != self._index_rel:
+            return wiki
         if is_dir:
             reason = _DIR_REASONS.get(name)
             if reason or (dotnet and name in _DOTNET_OUTPUT) or name.endswith(".egg-info"):
@@ -289,7 +315,7 @@ class IgnoreMatcher:
             return None
         if len(rel) > MAX_PATH_LEN:  # its span IDs would be over MAX_ID_LEN
             return "long_path"
-        return secret_file_reason(rel) or _name_reason(name)
+        return secret_file_reason(rel) or client_config_reason(rel) or _name_reason(name)
 
     def _stat_reason(self, abs_path: str, st: os.stat_result) -> str | None:
         if stat.S_ISLNK(st.st_mode):
@@ -395,6 +421,7 @@ def walk(root: Path, *, max_file_bytes: int = 1_000_000, extra_ignore: Sequence[
             skip(d, marker)
             continue
         stack = m._stack(d, names)
+        m.wiki.data_dir(d, names)
         dotnet = any(n.endswith(_DOTNET_PROJECTS) for n in names)
         for e in entries:
             rel = f"{d}/{e.name}" if d else e.name

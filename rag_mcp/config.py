@@ -120,6 +120,14 @@ class Settings:
     log_max_bytes: Annotated[int, Knob("log.max_bytes", "RAG_LOG_MAX_BYTES",
                                        lo=1024, hi=1 << 34)]
     log_backups: Annotated[int, Knob("log.backups", "RAG_LOG_BACKUPS", lo=0, hi=100)]
+    stats_tool: Annotated[str, Knob("log.stats_tool", "RAG_STATS_TOOL",
+                                    choices=("off", "stdio", "all"))]
+    # [links]
+    wiki_url: Annotated[str, Knob("links.wiki_url", "RAG_WIKI_URL")]
+    docs_url: Annotated[str, Knob("links.docs_url", "RAG_DOCS_URL")]
+    docs_dir: Annotated[str, Knob("links.docs_dir", "RAG_DOCS_DIR")]
+    docs_style: Annotated[str, Knob("links.docs_style", "RAG_DOCS_STYLE",
+                                    choices=("mkdocs", "html"))]
     # [http]
     http_host: Annotated[str, Knob("http.host", "RAG_HTTP_HOST", "--host")]
     http_port: Annotated[int, Knob("http.port", "RAG_HTTP_PORT", "--port", 0, 65535)]
@@ -130,6 +138,7 @@ class Settings:
                                        lo=1024, hi=1 << 30)]
     http_trusted_proxies: Annotated[tuple[str, ...], Knob("http.trusted_proxies",
                                                           "RAG_HTTP_TRUSTED_PROXIES")]
+    url_template: Annotated[str, Knob("http.url_template", "RAG_URL_TEMPLATE")]
     # [watch]
     watch_debounce_ms: Annotated[int, Knob("watch.debounce_ms", "RAG_WATCH_DEBOUNCE_MS",
                                            lo=0, hi=60_000)]
@@ -396,6 +405,10 @@ def load_settings(
     if values["window_overlap"] >= values["window_lines"]:
         raise _bad(KNOBS_BY_ATTR["window_overlap"], values["window_overlap"],
                    "must be smaller than index.window_lines")
+    for attr in ("wiki_url", "docs_url"):
+        url = values[attr]
+        if url and (not url.startswith(("http://", "https://")) or any(c.isspace() for c in url)):
+            raise _bad(KNOBS_BY_ATTR[attr], url, "must be an http:// or https:// URL")
     if values["collection"]:
         name = values["collection"]
         ok = 3 <= len(name) <= 63 and name[0].isalnum() and name[-1].isalnum() and all(

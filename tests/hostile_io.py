@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from mcp import ClientSession
-from mcp.shared.memory import create_connected_server_and_client_session
+from mcp import Client
 from mcp.types import CallToolResult
 from pydantic import TypeAdapter
 
 from rag_mcp.config import Settings
 from rag_mcp.deps import Deps
-from rag_mcp.serve.sdk import RagServer
+from rag_mcp.serve.sdk import ERROR_META, RagServer
 from rag_mcp.serve.server import build_server
 from tests.hostile_cases import FOLLOW_UP_ID, follow_up, traffic_cases
 from tests.mcp_helpers import error_code, hash_deps, text
@@ -38,17 +37,18 @@ from tests.mcp_helpers import error_code, hash_deps, text
 
 @contextlib.asynccontextmanager
 async def session(settings: Settings, *, connector_tools: bool = True,
-                  deps: Deps | None = None) -> AsyncIterator[tuple[ClientSession, RagServer]]:
+                  deps: Deps | None = None) -> AsyncIterator[tuple[Client, RagServer]]:
     """An in-process client session on the server with every tool (ChatGPT's too)."""
     server = build_server(settings, lambda: deps or hash_deps(settings),
                           connector_tools=connector_tools)
-    async with create_connected_server_and_client_session(server) as s:
+    async with Client(server, mode="legacy") as s:
         yield s, server
 
 
 def everything(result: CallToolResult) -> str:
     """All a client receives from a tool call: its text items and its structured content."""
-    return text(result) + "\n" + orjson.dumps(result.structuredContent or {}).decode()
+    return (text(result) + "\n" + orjson.dumps(result.structured_content or {}).decode()
+            + "\n" + orjson.dumps(result.meta or {}).decode())
 
 
 def answer_code(result: CallToolResult) -> str:
@@ -220,8 +220,11 @@ def _judge(report: TrafficReport, name: str, payload: Any) -> None:
     result = payload.get("result")
     if isinstance(result, dict) and result.get("isError"):
         content = result.get("content") or [{}]
-        code = (result.get("structuredContent") or {}).get("error", {}).get("code")
-        if not (isinstance(code, str) and str(content[0].get("text", "")).startswith(code)):
+        # the code travels in _meta and starts the text; an error has no structured content,
+        # which could not match the tool's output schema
+        code = (result.get("_meta") or {}).get(ERROR_META, {}).get("code")
+        if not (isinstance(code, str) and str(content[0].get("text", "")).startswith(code)
+                and "structuredContent" not in result):
             report.uncoded.append(name)
     if payload.get("id") == FOLLOW_UP_ID:
         return

@@ -24,7 +24,7 @@ from rag_mcp.index import generation as gen
 from rag_mcp.index.catalog import Catalog
 from rag_mcp.index.handle import OpenIndex
 from rag_mcp.index.store import EmbeddedStore, ServerStore, store_class
-from tests.mcp_helpers import error_code, over_stdio
+from tests.mcp_helpers import error_code, over_stdio, text
 
 pytestmark = pytest.mark.slow
 
@@ -137,22 +137,22 @@ async def test_index_query_restart_wipe(sample_repo: Path, chroma: ChromaServer)
     q = {"query": "retry a call with exponential backoff", "tau": 0.0}
     async with over_stdio(sample_repo) as session:
         r = await session.call_tool("rag_query", q)
-        assert r.structuredContent is not None and not r.isError
-        before = [h["id"] for h in r.structuredContent["hits"]]
-        assert r.structuredContent["hits"][0]["symbol"] == "retry"
+        assert r.structured_content is not None and not r.is_error
+        before = [h["id"] for h in r.structured_content["hits"]]
+        assert r.structured_content["hits"][0]["symbol"] == "retry"
 
         chroma.stop()  # the server goes away under a live rag-mcp
         r = await session.call_tool("rag_query", q)
         assert error_code(r) == "E_INDEX_UNAVAILABLE"
-        assert "Chroma server" in r.structuredContent["error"]["message"]  # type: ignore[index]
+        assert "Chroma server" in text(r)
         chroma.start()
         r = await session.call_tool("rag_query", q)  # the same session, nothing lost
-        assert not r.isError and r.structuredContent is not None
-        assert [h["id"] for h in r.structuredContent["hits"]] == before
+        assert not r.is_error and r.structured_content is not None
+        assert [h["id"] for h in r.structured_content["hits"]] == before
     async with over_stdio(sample_repo) as session:  # a new reader after the restart
         r = await session.call_tool("rag_query", q)
-        assert r.structuredContent is not None
-        assert [h["id"] for h in r.structuredContent["hits"]] == before
+        assert r.structured_content is not None
+        assert [h["id"] for h in r.structured_content["hits"]] == before
 
     # A server that lost its data: readers say how to rebuild, and the rebuild re-embeds
     # nothing (the vectors come back from the embedding cache).
@@ -162,13 +162,13 @@ async def test_index_query_restart_wipe(sample_repo: Path, chroma: ChromaServer)
     async with over_stdio(sample_repo) as session:
         r = await session.call_tool("rag_query", q)
         assert error_code(r) == "E_INDEX_UNAVAILABLE"
-        assert "rag-index" in r.structuredContent["error"]["message"]  # type: ignore[index]
+        assert "rag-index" in text(r)
     again = rag_index(sample_repo, "--rebuild")
     assert again["embedded"] == 0 and again["vectors_reused"] >= manifest["vectors"]
     async with over_stdio(sample_repo) as session:
         r = await session.call_tool("rag_query", q)
-        assert r.structuredContent is not None
-        assert [h["id"] for h in r.structuredContent["hits"]] == before
+        assert r.structured_content is not None
+        assert [h["id"] for h in r.structured_content["hits"]] == before
 
 
 def test_server_mode_leaves_this_process_clean(

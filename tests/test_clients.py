@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import Client, StdioServerParameters
 
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
@@ -26,6 +25,7 @@ else:  # pragma: no cover
 HASH = "test-hash-64"
 FILES = {
     "cursor": ".cursor/mcp.json", "claude-code": ".mcp.json", "vscode": ".vscode/mcp.json",
+    "gemini": ".gemini/settings.json",
 }
 HOME_FILES = {
     "windsurf": ".codeium/windsurf/mcp_config.json", "codex": ".codex/config.toml",
@@ -89,11 +89,10 @@ async def test_the_printed_command_starts_a_working_server(repo: Settings, tmp_p
     entry = json.loads(out)["servers"]["rag"]
     params = StdioServerParameters(command=entry["command"], args=entry["args"],
                                    env=dict(os.environ))
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
+    async with Client(params, mode="legacy") as session:
         r = await session.call_tool("rag_health", {})
-        assert r.structuredContent is not None and r.structuredContent["status"] == "ok"
-        assert r.structuredContent["root"] == repo.root
+        assert r.structured_content is not None and r.structured_content["status"] == "ok"
+        assert r.structured_content["root"] == repo.root
 
 
 def test_write_merges_json_keeps_others_and_backs_up(repo: Settings, tmp_path: Path) -> None:
@@ -165,6 +164,10 @@ def test_chatgpt_instructions(repo: Settings, tmp_path: Path) -> None:
     out, _ = run(repo, "chatgpt", tmp_path)
     assert "--http" in out and repo.root in out and "/mcp/$RAG_HTTP_TOKEN" in out
     assert "Secure MCP Tunnel" in out and "No authentication" in out
+    # every command that serves ChatGPT offers it the search and fetch tools it calls
+    serving = [x for x in out.splitlines() if " serve --root " in x]
+    assert len(serving) == 3 and all("--connector-tools" in x for x in serving), serving
+    assert "--auth oauth" in out
     with pytest.raises(InvalidArgument, match="web settings"):
         run(repo, "chatgpt", tmp_path, write=True)
 
@@ -182,3 +185,28 @@ def test_cli_prints_snippet_to_stdout_and_rejects_unknown_clients(
     assert main(["config", "--client", "codex", "--root", repo.root, "--write"]) == 0
     assert "rag-repo" in tomllib.loads((tmp_path / ".codex/config.toml").read_text())[
         "mcp_servers"]
+
+
+@pytest.mark.parametrize("client", ["claude-code", "cursor", "vscode", "gemini"])
+def test_written_config_does_not_make_the_index_stale(repo: Settings, tmp_path: Path,
+                                                      client: str) -> None:
+    """A config file (and its backup) written into the repository is not indexed, so
+    rag_health does not call the index stale the moment it appears."""
+    from indexers.status import staleness
+    from rag_mcp.index import generation as gen
+    from rag_mcp.index.catalog import Catalog
+
+    run_index(repo)
+    target = clients.CLIENTS[client].target(Path(repo.root), tmp_path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps({clients.CLIENTS[client].key: {}}))  # the user's own file...
+    run(repo, client, tmp_path, write=True)  # ...merged into, after a backup
+    written = [p for p in target.parent.iterdir() if p.name.startswith(target.name)]
+    assert target in written and any(".bak-" in p.name for p in written), written
+    pointer = gen.read_pointer(repo.index_path)
+    assert pointer is not None
+    catalog = Catalog(pointer.dir / gen.CATALOG, readonly=True)
+    try:
+        assert staleness(repo, catalog.files()).count == 0, written
+    finally:
+        catalog.close()

@@ -75,7 +75,11 @@ def test_markdown_golden_outline_and_front_matter():
         "authors": "Ada Lovelace, Grace Hopper",
         "summary": "How to install, configure and run the Ferret sync daemon.",
     }
-    assert all(c.meta == chunks[0].meta for c in chunks)
+    # every chunk carries the front matter; a section's chunks add its anchor (MkDocs' slug)
+    assert all(c.meta[:4] == chunks[0].meta for c in chunks)
+    assert [dict(c.meta).get("anchor") for c in chunks][1:4] == ["installation", "debian",
+                                                                 "fedora"]
+    assert dict(chunks[-1].meta)["anchor"] == "troubleshooting"
     assert {(c.kind, c.symbol, c.context) for c in chunks} == {("doc", None, "")}
 
 
@@ -117,7 +121,11 @@ def test_dokuwiki_golden_levels_blocks_and_page_id():
                  "Legacy hosts"),  # '==' is level 5
         (51, 68, "Backup procedure > Restore"),
     ]
-    assert all(c.meta == (("page_id", "devops:backup"),) for c in chunks)
+    assert all(c.meta[0] == ("page_id", "devops:backup") for c in chunks)
+    # DokuWiki's section IDs (sectionID), checked against DokuWiki's own PHP
+    assert [dict(c.meta)["anchor"] for c in chunks] == [
+        "backup_procedure", "schedule", "restic_repository", "exclusions", "per-host_overrides",
+        "legacy_hosts", "restore"]
 
 
 def test_dokuwiki_small_budget_never_splits_code_file_nowiki_or_tables():
@@ -129,7 +137,7 @@ def test_dokuwiki_small_budget_never_splits_code_file_nowiki_or_tables():
         assert_kept_whole(chunks, start, end)
     titles = {(c.heading or "").rsplit(" > ", 1)[-1] for c in chunks}
     assert not any(word in t for t in titles for word in ("heading", "shown", "so is"))
-    assert chunks[0].meta == ()  # no data/pages tree in the path, no page id
+    assert "page_id" not in dict(chunks[0].meta)  # no data/pages tree in the path
 
 
 def test_rst_golden_levels_follow_style_order():
@@ -268,7 +276,7 @@ def test_front_matter_alone_merges_into_first_section():
     text = "---\ntitle: Hi\n---\n\n# Hello\n\nBody.\n"
     chunks = chunk_doc(text, "markdown")
     assert outline(chunks) == [(1, 7, "Hello")]
-    assert chunks[0].meta == (("title", "Hi"),)
+    assert chunks[0].meta == (("title", "Hi"), ("anchor", "hello"))
 
 
 def test_unclosed_front_matter_and_thematic_breaks_are_content():

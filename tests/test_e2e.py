@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.mcp_helpers import error_code, over_stdio, text
+from tests.mcp_helpers import answer, error_code, over_stdio, text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -38,21 +38,19 @@ async def test_stdio_session_end_to_end(real_index: Path, tmp_path: Path) -> Non
         tools = {t.name for t in (await session.list_tools()).tools}
         assert tools == {"rag_query", "rag_get_span", "rag_health"}
         r = await session.call_tool("rag_query", {"query": "how do I install it on Debian?"})
-        assert not r.isError and r.structuredContent is not None
-        top = r.structuredContent["hits"][0]
+        top = answer(r)["hits"][0]
         assert top["path"] == "docs/install.md" and "Debian" in (top["heading"] or "")
         r = await session.call_tool("rag_query", {"query": "retry a call with exponential "
                                                            "backoff", "kind": "code"})
-        assert r.structuredContent is not None
-        top = r.structuredContent["hits"][0]
+        top = answer(r)["hits"][0]
         assert top["symbol"] == "retry"
         g = await session.call_tool("rag_get_span", {"span_id": top["id"], "context_lines": 1})
-        assert not g.isError and "def retry" in text(g)
+        assert not g.is_error and "def retry" in text(g)
         assert error_code(await session.call_tool("rag_get_span", {"span_id": "a:1-1:zz"})) \
             == "E_INVALID_ARGUMENT"
         h = await session.call_tool("rag_health", {})
-        assert h.structuredContent is not None and h.structuredContent["status"] == "ok"
-        assert h.structuredContent["embedding_model"] == "all-MiniLM-L6-v2"
+        assert h.structured_content is not None and h.structured_content["status"] == "ok"
+        assert h.structured_content["embedding_model"] == "all-MiniLM-L6-v2"
     lines = [orjson.loads(x) for x in (logs / "rag-mcp.jsonl").read_bytes().splitlines()]
     assert [x["tool"] for x in lines] == ["rag_query", "rag_query", "rag_get_span",
                                           "rag_get_span", "rag_health"]
@@ -98,7 +96,7 @@ def test_stdout_carries_only_json_rpc(real_index: Path) -> None:
 
 LIGHT = textwrap.dedent("""
     import sys, anyio
-    from mcp.shared.memory import create_connected_server_and_client_session
+    from mcp import Client
     from rag_mcp.config import load_settings
     from rag_mcp.deps import build_deps
     from rag_mcp.serve.server import build_server
@@ -106,13 +104,13 @@ LIGHT = textwrap.dedent("""
     s = load_settings({"root": sys.argv[1]})
     srv = build_server(s, lambda: build_deps(s))
     async def main():
-        async with create_connected_server_and_client_session(srv) as c:
+        async with Client(srv, mode="legacy") as c:
             await c.list_tools()
             heavy = [m for m in ("torch", "tree_sitter", "sentence_transformers", "transformers")
                      if m in sys.modules]
             print("BEFORE", ",".join(heavy))
             r = await c.call_tool("rag_query", {"query": "checksum"})
-            assert not r.isError, r
+            assert not r.is_error, r
             # an embedded index is read through chromadb's Rust bindings alone
             heavy = [m for m in ("torch", "tree_sitter", "sentence_transformers", "chromadb")
                      if m in sys.modules]

@@ -252,7 +252,7 @@ def anyio_backend() -> str:
 async def test_rag_query_without_tau_applies_the_calibrated_default(sample_repo: Path) -> None:
     """End to end with the bundled model: omitting tau means the fitted row's tau, not 0."""
     from indexers.pipeline import run_index
-    from tests.mcp_helpers import in_process
+    from tests.mcp_helpers import answer, in_process
 
     # spans apart: a hit under tau never joins its neighbours, so with joining on the two
     # answers also differ in how they group the same spans (tests/test_join.py)
@@ -263,9 +263,8 @@ async def test_rag_query_without_tau_applies_the_calibrated_default(sample_repo:
     assert cal.tau > 0 and "provisional" not in cal.source
     async with in_process(settings) as (session, _):
         query = {"query": "compute a checksum of the payload bytes", "k": 10}
-        auto = (await session.call_tool("rag_query", query)).structuredContent
-        zero = (await session.call_tool("rag_query", {**query, "tau": 0.0})).structuredContent
-    assert auto is not None and zero is not None
+        auto = answer(await session.call_tool("rag_query", query))
+        zero = answer(await session.call_tool("rag_query", {**query, "tau": 0.0}))
     assert auto["tau"] == cal.tau and zero["tau"] == 0.0
     # the threshold did work: what it dropped is exactly what tau = 0 returned beyond it
     assert auto["dropped_by_tau"] > 0 and zero["dropped_by_tau"] == 0

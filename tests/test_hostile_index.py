@@ -40,7 +40,7 @@ async def hit_ids(s: Settings) -> tuple[str, object]:
     async with hio.session(s) as (client, _):
         r = await client.call_tool("rag_query", QUERY)
         code = hio.answer_code(r)
-        return code, ([h["id"] for h in r.structuredContent["hits"]]  # type: ignore[index]
+        return code, ([h["id"] for h in r.structured_content["hits"]]  # type: ignore[index]
                       if code == "ok" else hio.text(r))
 
 
@@ -64,8 +64,8 @@ def test_every_damaged_file_is_refused_with_the_fix_then_rebuilt(sample_repo: Pa
             health = await client.call_tool("rag_health", {})
             assert hio.answer_code(health) == "ok"  # health answers whatever the damage
             if code == "ok":
-                assert r.structuredContent is not None
-                got = [h["id"] for h in r.structuredContent["hits"]]
+                assert r.structured_content is not None
+                got = [h["id"] for h in r.structured_content["hits"]]
                 outcomes[f"{target} {how}"] = "unharmed" if got == want else f"WRONG {got}"
                 return
             message = hio.text(r)
@@ -74,8 +74,8 @@ def test_every_damaged_file_is_refused_with_the_fix_then_rebuilt(sample_repo: Pa
             assert f"rag-index --root {sample_repo}" in message, message  # the fix is named
             run_index(s, rebuild="--rebuild" in message)  # the user runs the command given
             again = await client.call_tool("rag_query", QUERY)  # the same server, recovered
-            assert again.structuredContent is not None and not again.isError, hio.text(again)
-            assert [h["id"] for h in again.structuredContent["hits"]] == want
+            assert again.structured_content is not None and not again.is_error, hio.text(again)
+            assert [h["id"] for h in again.structured_content["hits"]] == want
 
     for i, target in enumerate(targets):
         anyio.run(one, i, target, hc.DAMAGES[i % 3])  # each file once, the modes in turn

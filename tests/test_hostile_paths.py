@@ -22,6 +22,7 @@ from rag_mcp.index.generation import CATALOG, read_pointer
 from rag_mcp.search.reader import open_inside
 from tests import hostile_cases as hc
 from tests import hostile_io as hio
+from tests.mcp_helpers import answer
 from tests.ollama_fake import FakeOllama
 
 REFUSED = {"E_INVALID_ARGUMENT", "E_NOT_FOUND"}
@@ -114,9 +115,8 @@ async def test_path_filters_never_reach_outside(fixture: tuple[hc.PathFixture, S
                                                      "tau": 0.0})
             out = hio.everything(r)
             assert not hc.escaped(out), f
-            if not r.isError:
-                assert r.structuredContent is not None
-                for h in r.structuredContent["hits"]:  # only spans the walker indexed
+            if not r.is_error:
+                for h in answer(r)["hits"]:  # only spans the walker indexed
                     assert not h["path"].startswith(("link_", "src/link_up")), f
 
 
@@ -131,8 +131,8 @@ async def test_swapped_files_never_block_or_leak_through_include_text(
                 r = await client.call_tool("rag_query", {"query": "swapped fifo inside",
                                                          "path": prefix, "include_text": True,
                                                          "tau": 0.0})
-                assert hio.answer_code(r) == "ok" and r.structuredContent is not None
-                hits = r.structuredContent["hits"]
+                assert hio.answer_code(r) == "ok"
+                hits = answer(r)["hits"]
                 assert hits and all(h["stale"] for h in hits), prefix  # the indexed text, marked
                 assert not hc.escaped(hio.everything(r))
 

@@ -82,9 +82,9 @@ async def test_span_reads_leak_nothing(planted: tuple[hc.SecretRepo, Settings]) 
     async with hio.session(s) as (client, _):
         for sid in ids[:: max(1, len(ids) // 40)]:
             r = await client.call_tool("rag_get_span", {"span_id": sid, "context_lines": 2})
-            assert hio.answer_code(r) == "ok" and r.structuredContent is not None
+            assert hio.answer_code(r) == "ok" and r.structured_content is not None
             leaked += [f"mcp {sid}: {n}" for n in hc.leaks(hio.everything(r), repo)]
-            redactions += r.structuredContent["redactions"]
+            redactions += r.structured_content["redactions"]
     assert leaked == []
     assert redactions >= 30
 
@@ -202,7 +202,7 @@ async def test_skipped_credential_files_cannot_be_read(planted: tuple[hc.SecretR
                 r = await client.call_tool(tool, args)
                 assert hio.answer_code(r) == "E_NOT_FOUND", (rel, hio.text(r))
             q = await client.call_tool("rag_query", {"query": "token", "path": rel, "tau": 0.0})
-            assert q.structuredContent is not None and q.structuredContent["hits"] == [], rel
+            assert q.structured_content is not None and q.structured_content["hits"] == [], rel
 
 
 async def test_logs_hold_no_secret(planted: tuple[hc.SecretRepo, Settings],

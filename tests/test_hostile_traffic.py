@@ -15,7 +15,7 @@ import pytest
 
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.serve.http import MAX_JSON_DEPTH, json_problem
+from rag_mcp.serve.guard import MAX_JSON_DEPTH, json_problem
 from tests import hostile_cases as hc
 from tests import hostile_io as hio
 

@@ -18,8 +18,9 @@ from typing import Any
 
 import anyio
 import httpx
+import httpx2
 import pytest
-from mcp import ClientSession
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
@@ -27,10 +28,11 @@ from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.errors import ConfigError
 from rag_mcp.logjson import LOG_NAME
+from rag_mcp.serve import guard
 from rag_mcp.serve import http as rag_http
 from rag_mcp.serve.__main__ import main
 from rag_mcp.serve.server import build_server
-from tests.mcp_helpers import error_code, hash_deps, over_stdio, text
+from tests.mcp_helpers import Era, error_code, hash_deps, mode, over_stdio, place, text
 
 HASH = "test-hash-64"
 TOKEN = "t0k-" + "x" * 40
@@ -58,38 +60,40 @@ def indexed(sample_repo: Path) -> Settings:
 
 
 @contextlib.contextmanager
-def serving(settings: Settings) -> Iterator[str]:
+def serving(settings: Settings, auth: Any = None, connector_tools: bool = True,
+            plan_out: list[Any] | None = None) -> Iterator[str]:
     """A real uvicorn server on a free loopback port, in a thread; yields the /mcp URL."""
-    server = build_server(settings, lambda: hash_deps(settings), connector_tools=True,
-                          **rag_http.fastmcp_options(settings))
-    uv, sock = rag_http.make_server(server, settings)
+    plan = rag_http.plan_http(settings, auth)
+    if plan_out is not None:
+        plan_out.append(plan)
+    server = build_server(settings, lambda: hash_deps(settings),
+                          connector_tools=connector_tools, **plan.server_options)
+    uv = rag_http.make_server(server, settings, plan)
     with rag_http.shared_deps(server):
-        thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread = threading.Thread(target=uv.run, kwargs={"sockets": [plan.sock]}, daemon=True)
         thread.start()
         deadline = time.monotonic() + 20
         while not uv.started:
             assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
             time.sleep(0.02)
         try:
-            yield rag_http.endpoint_url(sock)
+            yield plan.url
         finally:
             uv.should_exit = True
             thread.join(10)
 
 
 @contextlib.asynccontextmanager
-async def session_at(url: str, headers: dict[str, str] | None = None
+async def session_at(url: str, headers: dict[str, str] | None = None, era: Era = "legacy"
                      ) -> Any:
-    async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=60)) as hc, \
-            streamable_http_client(url, http_client=hc) as (read, write, _), \
-            ClientSession(read, write) as session:
-        await session.initialize()
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=60)) as hc, \
+            Client(streamable_http_client(url, http_client=hc), mode=mode(era)) as session:
         yield session
 
 
 def only_json_text(result: Any) -> dict[str, Any]:
     """The connector contract: exactly one text item, whose text is a JSON object."""
-    assert not result.isError, text(result)
+    assert not result.is_error, text(result)
     assert len(result.content) == 1 and isinstance(result.content[0], TextContent)
     return json.loads(result.content[0].text)
 
@@ -114,14 +118,15 @@ async def test_sdk_client_calls_every_tool(indexed: Settings, transport: str) ->
         assert tools == (ours | {"search", "fetch"} if transport == "http" else ours)
 
         q = await s.call_tool("rag_query", {"query": "parse_span_id", "k": 3})
-        assert not q.isError and q.structuredContent is not None
-        top = q.structuredContent["hits"][0]
-        assert top["symbol"] == "parse_span_id"
+        assert not q.is_error and q.structured_content is not None
+        top = q.structured_content["hits"][0]
+        # the file's definitions come back as one range, named best part first
+        assert top["symbol"].split(", ")[0] == "parse_span_id"
         g = await s.call_tool("rag_get_span", {"span_id": top["id"]})
-        assert g.structuredContent and "\ndef parse_span_id(" in (
-            "\n" + g.structuredContent["text"])
+        assert g.structured_content and "\ndef parse_span_id(" in (
+            "\n" + g.structured_content["text"])
         h = await s.call_tool("rag_health", {})
-        assert h.structuredContent and h.structuredContent["status"] == "ok"
+        assert h.structured_content and h.structured_content["status"] == "ok"
 
         assert error_code(await s.call_tool("rag_get_span", {"span_id": "../x:1-2:0"})
                           ) == "E_INVALID_ARGUMENT"
@@ -136,7 +141,7 @@ async def test_sdk_client_calls_every_tool(indexed: Settings, transport: str) ->
         first = found["results"][0]
         assert set(first) == {"id", "title", "url"}
         assert first["id"].startswith("src/app/retry.py:")
-        assert first["url"].startswith((Path(indexed.root) / "src/app/retry.py").as_uri())
+        assert first["url"] == ""  # not a git checkout: no web link, and never a file:// one
         doc = only_json_text(await s.call_tool("fetch", {"id": first["id"]}))
         assert set(doc) == {"id", "title", "text", "url", "metadata"}
         assert doc["id"] == first["id"] and "def retry" in doc["text"]
@@ -161,9 +166,9 @@ async def test_two_concurrent_sessions_do_not_cross_talk(indexed: Settings) -> N
                 for _ in range(rounds):
                     r = await s.call_tool("rag_query", {"query": query, "k": 1,
                                                         "tau": 0.0})
-                    assert r.structuredContent is not None
-                    assert r.structuredContent["query"] == query
-                    seen[name].append(r.structuredContent["hits"][0]["path"])
+                    assert r.structured_content is not None
+                    assert text(r).startswith(f"1 span for {query!r}"), text(r)
+                    seen[name].append(place(r.structured_content["hits"][0])[0])
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run, "a", "retry with exponential backoff", 12)
@@ -173,7 +178,7 @@ async def test_two_concurrent_sessions_do_not_cross_talk(indexed: Settings) -> N
         # The shared dependencies outlive any one session.
         async with session_at(url) as s:
             r = await s.call_tool("rag_health", {})
-            assert r.structuredContent and r.structuredContent["status"] == "ok"
+            assert r.structured_content and r.structured_content["status"] == "ok"
 
 
 def test_loopback_is_the_default(sample_repo: Path) -> None:
@@ -219,7 +224,7 @@ def test_token_required_bearer_or_secret_path(indexed: Settings,
 
         async def call_both() -> None:
             async with session_at(url, {"Authorization": f"Bearer {TOKEN}"}) as sess:
-                assert not (await sess.call_tool("rag_health", {})).isError
+                assert not (await sess.call_tool("rag_health", {})).is_error
             async with session_at(f"{url}/{TOKEN}") as sess:  # ChatGPT's way: no headers
                 r = await sess.call_tool("search", {"query": "checksum"})
                 assert json.loads(text(r))["results"]
@@ -227,7 +232,7 @@ def test_token_required_bearer_or_secret_path(indexed: Settings,
         anyio.run(call_both)
         # Failed attempts are throttled per client, before the token is even compared.
         codes = [c.post(url, json=INIT, headers={**MCP_HEADERS, "Authorization": "Bearer x"}
-                        ).status_code for _ in range(rag_http.AUTH_FAILURE_BURST + 2)]
+                        ).status_code for _ in range(guard.AUTH_FAILURE_BURST + 2)]
         assert 429 in codes
         assert c.post(url, json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {TOKEN}"}
                       ).status_code == 429
@@ -330,8 +335,8 @@ def test_a_new_client_gets_in_when_idle_sessions_fill_the_cap(
         async def newcomers() -> None:
             async with session_at(url) as first:  # in use while the next one arrives
                 async with session_at(url) as second:
-                    assert not (await second.call_tool("rag_health", {})).isError
-                assert not (await first.call_tool("rag_health", {})).isError
+                    assert not (await second.call_tool("rag_health", {})).is_error
+                assert not (await first.call_tool("rag_health", {})).is_error
 
         anyio.run(newcomers)
         ping = {"jsonrpc": "2.0", "id": 9, "method": "ping"}
@@ -342,7 +347,7 @@ def test_a_new_client_gets_in_when_idle_sessions_fill_the_cap(
 
 def test_rate_limiter_buckets() -> None:
     now = [0.0]
-    rl = rag_http.RateLimiter(3, 1.0, max_keys=2, clock=lambda: now[0])
+    rl = guard.RateLimiter(3, 1.0, max_keys=2, clock=lambda: now[0])
     assert [rl.take("a") for _ in range(4)] == [True, True, True, False]
     assert rl.exhausted("a") and not rl.exhausted("b")
     now[0] = 1.0
@@ -371,7 +376,7 @@ def test_the_cli_serves_http_and_stops_on_sigint(indexed: Settings, tmp_path: Pa
 
         async def health() -> None:
             async with session_at(url) as s:
-                assert not (await s.call_tool("rag_health", {})).isError
+                assert not (await s.call_tool("rag_health", {})).is_error
 
         anyio.run(health)
         proc.send_signal(signal.SIGINT)

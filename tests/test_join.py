@@ -8,9 +8,9 @@ import pytest
 
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.index.spans import digest, make_span_id, parse_span_id
-from rag_mcp.search.join import Placed, plan_joins
-from tests.mcp_helpers import error_code, in_process, text
+from rag_mcp.index.spans import digest, make_span_id
+from rag_mcp.search.join import Placed, joined_label, plan_joins
+from tests.mcp_helpers import answer, error_code, in_process, text
 
 HASH = "test-hash-64"
 
@@ -50,6 +50,12 @@ def test_k_groups_and_the_scan_stops_at_the_kth() -> None:
     assert plan(hits, k=1) == [[0]]  # "b" needs a second group: stop
     assert plan(hits, k=2) == [[0, 2], [1]]
     assert plan(hits, k=9) == [[0, 2], [1, 4], [3, 6], [5]]  # fewer hits than slots
+
+
+def test_a_joined_label_names_every_part_once_in_line_order() -> None:
+    assert joined_label(["send", None, "json", "send"], ", ") == "send, json"
+    assert joined_label(["A > B", "A > C"], "; ") == "A > B; A > C"
+    assert joined_label([None, None], ", ") is None
 
 
 def test_a_growing_range_takes_in_the_group_it_reaches() -> None:
@@ -100,45 +106,50 @@ async def test_rag_query_joins_adjacent_sections_and_rag_get_span_reads_them(
     async with in_process(guide) as (session, _):
         r = await session.call_tool("rag_query", {"query": "zebrafish tuning", "k": 3,
                                                   "tau": 0.0, "include_text": True})
-        sc = r.structuredContent
-        assert sc is not None and not r.isError
+        sc = answer(r)
         top = sc["hits"][0]
         assert (top["path"], top["start_line"], top["end_line"]) == ("docs/guide.md", 1, 9)
-        assert len(top["parts"]) == 2 and "(joins 2 spans)" in text(r)
-        assert [parse_span_id(p).start_line for p in top["parts"]] == [1, 7]
+        assert top["joins"] == 2 and "(joins 2 spans)" in text(r)
+        # the range names both sections it spans, and its preview says what the lead's is
+        assert sorted(top["heading"].split("; ")) == ["Guide > Alpha", "Guide > Beta"]
+        lead = top["heading"].split("; ")[0]  # the best-ranked part's label comes first
+        assert top["preview"] == ("The zebrafish tuning knob sets how often the zebrafish tuning "
+                                  "loop runs." if lead == "Guide > Alpha" else
+                                  "Zebrafish tuning also reads the tuning table when the "
+                                  "zebrafish loop starts.")
         assert top["text"] == lines(guide.root, 1, 9)
         assert top["id"] == make_span_id("docs/guide.md", 1, 9, digest(lines(guide.root, 1, 9)))
-        assert all(h["parts"] is None for h in sc["hits"][1:])
+        assert all(h["joins"] == 0 for h in sc["hits"][1:])
         assert sc["tokens_returned"] >= len(top["text"].encode()) // 4  # the joined range
 
         g = await session.call_tool("rag_get_span", {"span_id": top["id"], "context_lines": 1})
-        gs = g.structuredContent
-        assert gs is not None and not g.isError
+        gs = g.structured_content
+        assert gs is not None and not g.is_error
         assert (gs["start_line"], gs["end_line"], gs["stale"]) == (1, 9, False)
         assert gs["text"] == lines(guide.root, 1, 9)  # context stops at both ends of the file
 
         forged = make_span_id("docs/guide.md", 3, 9, "0" * 12)
         bad = await session.call_tool("rag_get_span", {"span_id": forged})
-        assert bad.isError and error_code(bad) == "E_NOT_FOUND"
+        assert bad.is_error and error_code(bad) == "E_NOT_FOUND"
         # a range no indexed spans fill is not a span either
         bad = await session.call_tool(
             "rag_get_span", {"span_id": make_span_id("docs/guide.md", 4, 9, "0" * 12)})
-        assert bad.isError and error_code(bad) == "E_NOT_FOUND"
+        assert bad.is_error and error_code(bad) == "E_NOT_FOUND"
 
         guide_md = Path(guide.root) / "docs/guide.md"
         guide_md.write_text("<!-- moved down two lines -->\n\n" + GUIDE)
         moved = await session.call_tool("rag_get_span", {"span_id": top["id"]})
-        ms = moved.structuredContent
-        assert ms is not None and not moved.isError
+        ms = moved.structured_content
+        assert ms is not None and not moved.is_error
         assert (ms["start_line"], ms["stale"]) == (3, True)
         assert ms["text"] == lines(guide.root, 3, 11) and ms["id"] != top["id"]
         again = await session.call_tool("rag_get_span", {"span_id": ms["id"]})  # the new ID
-        ag = again.structuredContent
-        assert ag is not None and not again.isError
+        ag = again.structured_content
+        assert ag is not None and not again.is_error
         assert (ag["id"], ag["start_line"], ag["text"]) == (ms["id"], 3, ms["text"])
         guide_md.write_text(GUIDE.replace("also reads", "now writes"))
         changed = await session.call_tool("rag_get_span", {"span_id": top["id"]})
-        assert changed.isError and error_code(changed) == "E_STALE"
+        assert changed.is_error and error_code(changed) == "E_STALE"
 
 
 async def test_a_smaller_k_is_the_beginning_of_a_larger_one(make_repo) -> None:  # type: ignore[no-untyped-def]
@@ -156,12 +167,10 @@ async def test_a_smaller_k_is_the_beginning_of_a_larger_one(make_repo) -> None: 
         for k in (1, 2, 5):
             r = await session.call_tool("rag_query", {"query": "zebrafish tuning loop",
                                                       "k": k, "tau": 0.0})
-            assert r.structuredContent is not None
-            answers.append([(h["path"], h["start_line"], h["end_line"], h["parts"])
-                            for h in r.structuredContent["hits"]])
+            answers.append([(h["path"], h["start_line"], h["end_line"], h["joins"])
+                            for h in answer(r)["hits"]])
     assert answers[2][1][0] == "docs/other.md"  # the ranking this test is about
-    path, start, end, parts = answers[0][0]
-    assert (path, start, end, len(parts or ())) == ("docs/guide.md", 1, 9, 2)
+    assert answers[0][0] == ("docs/guide.md", 1, 9, 2)
     assert answers[0] == answers[1][:1] and answers[1] == answers[2][:2]
 
 
@@ -170,10 +179,9 @@ async def test_join_gap_minus_one_returns_the_spans_apart(guide: Settings) -> No
     async with in_process(s) as (session, _):
         r = await session.call_tool("rag_query", {"query": "zebrafish tuning", "k": 3,
                                                   "tau": 0.0})
-        sc = r.structuredContent
-        assert sc is not None
+        sc = answer(r)
         got = sorted((h["start_line"], h["end_line"]) for h in sc["hits"][:2])
-        assert got == [(1, 5), (7, 9)] and all(h["parts"] is None for h in sc["hits"])
+        assert got == [(1, 5), (7, 9)] and all(h["joins"] == 0 for h in sc["hits"])
 
 
 async def test_a_part_changed_on_disk_keeps_the_hits_apart(guide: Settings) -> None:
@@ -181,7 +189,6 @@ async def test_a_part_changed_on_disk_keeps_the_hits_apart(guide: Settings) -> N
     async with in_process(guide) as (session, _):
         r = await session.call_tool("rag_query", {"query": "zebrafish tuning", "k": 3,
                                                   "tau": 0.0})
-        sc = r.structuredContent
-        assert sc is not None and not r.isError
-        assert all(h["parts"] is None for h in sc["hits"])
+        sc = answer(r)
+        assert all(h["joins"] == 0 for h in sc["hits"])
         assert {(h["start_line"], h["end_line"]) for h in sc["hits"][:2]} == {(1, 5), (7, 9)}

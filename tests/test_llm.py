@@ -62,7 +62,7 @@ async def ask(s: Settings, args: dict[str, object]) -> tuple[str, str, dict]:
     with anyio.fail_after(WATCHDOG):
         async with hio.session(s) as (client, _):
             r = await client.call_tool("local_llm_rag_query", args)
-    return hio.answer_code(r), hio.text(r), r.structuredContent or {}
+    return hio.answer_code(r), hio.text(r), r.structured_content or {}
 
 
 async def test_answer_cites_retrieved_spans(repo: Path, fake: FakeOllama) -> None:
@@ -83,12 +83,12 @@ async def test_given_span_ids_are_used_as_given(repo: Path, fake: FakeOllama) ->
     s = llm_settings(repo, fake.url)
     async with hio.session(s) as (client, _):
         q = await client.call_tool("rag_query", {"query": "deploy release", "k": 2})
-        assert q.structuredContent is not None
-        ids = [h["id"] for h in q.structuredContent["hits"]][::-1]
+        assert q.structured_content is not None
+        ids = [h["id"] for h in q.structured_content["hits"]][::-1]
         r = await client.call_tool("local_llm_rag_query", {"question": "what ships?",
                                                            "span_ids": ids})
-    assert hio.answer_code(r) == "ok" and r.structuredContent is not None
-    assert r.structuredContent["spans_in_prompt"] == ids  # in the order given, nothing retrieved
+    assert hio.answer_code(r) == "ok" and r.structured_content is not None
+    assert r.structured_content["spans_in_prompt"] == ids  # in the order given, nothing retrieved
     user = fake.prompts()[-1]
     assert [user.index(f'<span id="{i}">') for i in ids] == sorted(
         user.index(f'<span id="{i}">') for i in ids)
@@ -151,6 +151,6 @@ async def test_health_answers_while_ollama_hangs(repo: Path, mode: str) -> None:
         with anyio.fail_after(WATCHDOG):
             async with hio.session(llm_settings(repo, fake.url)) as (client, _):
                 r = await client.call_tool("rag_health", {})
-    assert r.structuredContent is not None
-    assert r.structuredContent["local_llm_reachable"] is False
-    assert r.structuredContent["status"] == "degraded"
+    assert r.structured_content is not None
+    assert r.structured_content["local_llm_reachable"] is False
+    assert r.structured_content["status"] == "degraded"

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from mcp.shared.exceptions import McpError
+from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent, TextResourceContents
 
 from indexers.pipeline import run_index
@@ -43,7 +43,7 @@ async def test_resources_are_listed_and_read(indexed: Settings) -> None:
     async with in_process(indexed) as (session, _):
         listed = {str(r.uri): r for r in (await session.list_resources()).resources}
         assert set(listed) == {"rag://health", "rag://stats", "rag://search-tips"}
-        assert listed["rag://stats"].mimeType == "application/json"
+        assert listed["rag://stats"].mime_type == "application/json"
 
         health = json.loads(await read(session, "rag://health"))
         assert health["status"] == "ok" and health["spans"] > 0
@@ -57,7 +57,7 @@ async def test_resources_are_listed_and_read(indexed: Settings) -> None:
         tips = await read(session, "rag://search-tips")
         assert "rag_query" in tips and "rag_get_span" in tips and "low_confidence" in tips
 
-        with pytest.raises(McpError):
+        with pytest.raises(MCPError):
             await session.read_resource("rag://nothing")  # type: ignore[arg-type]
 
 
@@ -87,15 +87,15 @@ async def test_explain_code_prompt_embeds_cited_spans(indexed: Settings) -> None
         assert question in body
         # The spans rag_query returns for the question are in the prompt, text and all.
         r = await session.call_tool("rag_query", {"query": question, "include_text": True})
-        assert r.structuredContent is not None
-        hits = r.structuredContent["hits"]
+        assert r.structured_content is not None
+        hits = r.structured_content["hits"]
         assert hits
         for h in hits:
             assert f"Span `{h['id']}`" in body and h["text"] in body
         cited = body.split("cite each claim with its span ID in backticks, e.g. `")[1]
         assert cited.split("`")[0] == hits[0]["id"]
 
-        with pytest.raises(McpError):
+        with pytest.raises(MCPError):
             await session.get_prompt("explain_code", {})
 
 

@@ -11,16 +11,22 @@ from typing import Annotated, Any
 
 import anyio
 import pytest
-from mcp import ClientSession
-from mcp.server.fastmcp.exceptions import ToolError
-from mcp.shared.exceptions import McpError
-from mcp.shared.memory import create_connected_server_and_client_session
+from mcp import Client, ClientSession
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, CallToolResult, Implementation, TextContent
 from pydantic import Field
 
 from rag_mcp.errors import NotFound
-from rag_mcp.serve.sdk import RESOURCE_NOT_FOUND, RagServer, output_model, run_session
-from tests.mcp_helpers import error_code
+from rag_mcp.serve.sdk import (
+    RESOURCE_NOT_FOUND,
+    RagServer,
+    client_info,
+    output_model,
+    run_session,
+)
+from tests.mcp_helpers import MODERN, Era, error_code, mode
 
 pytestmark = pytest.mark.anyio
 
@@ -65,32 +71,42 @@ def small_server() -> RagServer:
     return server
 
 
+ERAS: tuple[Era, ...] = ("legacy", "modern")
+
+
 @contextlib.asynccontextmanager
-async def session_of(server: RagServer) -> AsyncIterator[ClientSession]:
+async def session_of(server: RagServer, era: Era = "legacy") -> AsyncIterator[Client]:
     info = Implementation(name="sdk-client", version="9")
-    async with create_connected_server_and_client_session(server, client_info=info) as s:
+    async with Client(server, client_info=info, mode=mode(era)) as s:
         yield s
 
 
-async def test_mcp_server_runs_a_session_on_given_streams() -> None:
-    """``FastMCP._mcp_server``: ``run_session`` serves our own transport's streams."""
+@pytest.mark.parametrize("era", ERAS)
+async def test_lowlevel_server_runs_a_connection_on_given_streams(era: Era) -> None:
+    """``MCPServer._lowlevel_server``: ``run_session`` serves our own transport's streams, in
+    the era the client opens with (an initialize handshake, or 2026-07-28 requests)."""
     server = small_server()
     client_to_server = anyio.create_memory_object_stream[Any](10)
     server_to_client = anyio.create_memory_object_stream[Any](10)
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_session, server, client_to_server[1], server_to_client[0])
         async with ClientSession(server_to_client[1], client_to_server[0]) as session:
-            init = await session.initialize()
-            assert init.serverInfo.name == "sdk-test"
+            if era == "legacy":
+                init = await session.initialize()
+                assert init.server_info.name == "sdk-test" and init.protocol_version != MODERN
+            else:
+                found = await session.discover()
+                assert MODERN in found.supported_versions
+                session.adopt(found)
             assert {t.name for t in (await session.list_tools()).tools} == {
                 "echo", "missing", "broken"}
         tg.cancel_scope.cancel()
 
 
-async def test_prompt_manager_renders_without_fastmcp_get_prompt(
+async def test_prompt_manager_renders_without_mcpserver_get_prompt(
         caplog: pytest.LogCaptureFixture) -> None:
-    """``FastMCP._prompt_manager``: prompts are looked up and rendered there, so a client's
-    mistake is INVALID_PARAMS with the fix, never code 0 and a logged traceback."""
+    """``MCPServer._prompt_manager``: prompts are looked up and rendered there, so a client's
+    mistake is INVALID_PARAMS with the fix, never an internal error and a logged traceback."""
     server = small_server()
     prompt = server._prompt_manager.get_prompt("explain")
     assert prompt is not None and [(a.name, a.required) for a in prompt.arguments or ()] == [
@@ -102,16 +118,18 @@ async def test_prompt_manager_renders_without_fastmcp_get_prompt(
         for name, args, says in (("nothing", {}, "unknown prompt 'nothing'; prompts: explain"),
                                  ("explain", {}, "missing argument(s): question"),
                                  ("explain", {"question": "x" * 11}, "question: String should")):
-            with pytest.raises(McpError) as err:
+            with pytest.raises(MCPError) as err:
                 await session.get_prompt(name, args)
             assert err.value.error.code == INVALID_PARAMS and says in err.value.error.message
     assert "Traceback" not in caplog.text and not [
         r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-async def test_tool_errors_reach_call_tool_as_the_cause_of_a_tool_error() -> None:
-    """FastMCP wraps a tool's exception, an argument's validation error and an unknown tool in
-    ``ToolError`` (the first two as ``__cause__``): RagServer turns each into a coded result."""
+@pytest.mark.parametrize("era", ERAS)
+async def test_tool_errors_reach_call_tool_as_the_cause_of_a_tool_error(era: Era) -> None:
+    """MCPServer wraps a tool's exception, an argument's validation error and an unknown tool in
+    ``ToolError`` (the first two as ``__cause__``): RagServer turns each into a coded result
+    with no structured content (it would not match the tool's output schema)."""
     server = small_server()
     with pytest.raises(ToolError) as unknown:
         await super(RagServer, server).call_tool("nope", {})
@@ -119,56 +137,58 @@ async def test_tool_errors_reach_call_tool_as_the_cause_of_a_tool_error() -> Non
     with pytest.raises(ToolError) as failed:
         await super(RagServer, server).call_tool("missing", {})
     assert isinstance(failed.value.__cause__, NotFound)
-    async with session_of(server) as session:
+    async with session_of(server, era) as session:
         assert error_code(await session.call_tool("missing", {})) == "E_NOT_FOUND"
         assert error_code(await session.call_tool("echo", {"text": "x" * 11})) == \
             "E_INVALID_ARGUMENT"
         gone = await session.call_tool("nope", {})
         assert error_code(gone) == "E_NOT_FOUND"
-        assert "tools: echo, missing, broken" in gone.structuredContent["error"]["message"]  # type: ignore[index]
+        assert "tools: echo, missing, broken" in gone.content[0].text  # type: ignore[union-attr]
         bug = await session.call_tool("broken", {})
         assert error_code(bug) == "E_INTERNAL" and "a bug" not in str(bug.content)
         ok = await session.call_tool("echo", {"text": "hi"})
-        assert not ok.isError and ok.structuredContent == {"text": "hi", "times": 1, "notes": []}
+        assert not ok.is_error and ok.structured_content == {"text": "hi", "times": 1, "notes": []}
 
 
 async def test_unknown_resource_is_an_error_named_so() -> None:
-    """FastMCP raises ``ValueError("Unknown resource ...")``: RagServer answers the MCP
-    specification's resource-not-found code with the resources it has (not code 0)."""
+    """MCPServer raises ``ResourceNotFoundError``: RagServer answers the MCP specification's
+    resource-not-found code with the resources it has."""
     server = small_server()
-    with pytest.raises(ValueError, match="^Unknown resource"):
+    with pytest.raises(ResourceNotFoundError):
         await super(RagServer, server).read_resource("rag://nothing")
     async with session_of(server) as session:
-        with pytest.raises(McpError) as err:
+        with pytest.raises(MCPError) as err:
             await session.read_resource("rag://nothing")  # type: ignore[arg-type]
         assert err.value.error.code == RESOURCE_NOT_FOUND
         assert "resources: rag://here" in err.value.error.message
 
 
 async def test_output_schema_comes_from_the_result_record() -> None:
-    """FastMCP takes the output schema from ``Annotated[CallToolResult, Model]``; the model
+    """MCPServer takes the output schema from ``Annotated[CallToolResult, Model]``; the model
     ``output_model`` derives from a dataclass keeps its descriptions and defaults, and not its
     docstring."""
     async with session_of(small_server()) as session:
         tool = next(t for t in (await session.list_tools()).tools if t.name == "echo")
-    schema = tool.outputSchema
+    schema = tool.output_schema
     assert schema is not None and schema["title"] == "Echo" and "description" not in schema
     props = schema["properties"]
     assert props["text"]["description"] == "What was said" and schema["required"] == ["text"]
     assert props["times"]["default"] == 1 and props["notes"]["description"] == "Remarks"
 
 
-async def test_client_info_comes_from_the_request_context() -> None:
-    """``FastMCP.get_context()`` inside a call names the client; outside one, nothing."""
+@pytest.mark.parametrize("era", ERAS)
+async def test_client_info_comes_from_the_injected_context(era: Era) -> None:
+    """A parameter annotated ``Context`` receives the call's context, which names the client in
+    both eras (from initialize, or from the request's ``_meta``); without one, nothing."""
     server = small_server()
     seen: list[dict[str, str]] = []
 
-    def who() -> str:
-        seen.append(server.client_info())
+    def who(ctx: Context) -> str:
+        seen.append(client_info(ctx))
         return "ok"
 
     server.add_tool(who)
-    assert server.client_info() == {}
-    async with session_of(server) as session:
+    assert client_info(None) == {}
+    async with session_of(server, era) as session:
         await session.call_tool("who", {})
     assert seen == [{"name": "sdk-client", "version": "9"}]

@@ -396,7 +396,7 @@ def test_custom_index_dir_is_skipped_and_default_rag_is_not(tmp_path: Path) -> N
     ("logo.png", "binary_ext"), ("a.tar.gz", "binary_ext"), ("f.woff2", "binary_ext"),
     ("m.o", "binary_ext"), ("m.pyc", "binary_ext"), ("lib.so", "binary_ext"),
     ("A.class", "binary_ext"), ("x.jar", "binary_ext"), ("m.wasm", "binary_ext"),
-    ("clip.mp4", "binary_ext"), ("spec.docx", "binary_ext"), ("data.sqlite3", "binary_ext"),
+    ("clip.mp4", "binary_ext"), ("spec.xcf", "binary_ext"), ("data.sqlite3", "binary_ext"),
     ("PHOTO.JPG", "binary_ext"), (".DS_Store", "binary_ext"),
 ])
 def test_files_skipped_by_name(tmp_path: Path, name: str, reason: str) -> None:

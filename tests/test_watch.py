@@ -25,7 +25,7 @@ from indexers.watch import BackgroundWatcher, Watcher
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.embed import Embedder, load_embedder
 from rag_mcp.index import generation as gen
-from tests.mcp_helpers import over_stdio, text
+from tests.mcp_helpers import answer, over_stdio, text
 
 HASH = "test-hash-64"
 WAIT = 60.0  # generous: the CI machine is shared
@@ -349,7 +349,7 @@ async def test_rag_mcp_watch_serves_fresh_results(make_repo: Callable[..., Path]
 
         async def query(q: str) -> dict[str, Any]:
             r = await session.call_tool("rag_query", {"query": q, "tau": 0.0})
-            return r.structuredContent or {}
+            return answer(r) if not r.is_error else {}
 
         async def until(cond: Callable[[dict[str, Any]], bool], q: str) -> dict[str, Any]:
             with anyio.fail_after(WAIT):
@@ -368,8 +368,8 @@ async def test_rag_mcp_watch_serves_fresh_results(make_repo: Callable[..., Path]
         await until(lambda r: not any(h["path"] == "src/b.py" for h in r.get("hits", [])),
                     "compute_invoice_total")
         health = await session.call_tool("rag_health", {})
-        assert health.structuredContent is not None
-        assert health.structuredContent["stale_files"] == 0
+        assert health.structured_content is not None
+        assert health.structured_content["stale_files"] == 0
 
 
 @pytest.mark.anyio
@@ -386,14 +386,13 @@ async def test_health_and_queries_say_how_fresh(make_repo: Callable[..., Path]) 
         import anyio
 
         health = await session.call_tool("rag_health", {})
-        assert health.structuredContent is not None
-        assert health.structuredContent["stale_files"] == 3
+        assert health.structured_content is not None
+        assert health.structured_content["stale_files"] == 3
         # a query never waits for the walk: the count follows within the refresh interval
         with anyio.fail_after(WAIT):
             while True:
                 r = await session.call_tool("rag_query", {"query": "alpha", "tau": 0.0})
-                assert r.structuredContent is not None and not r.isError
-                if r.structuredContent["stale_files"] == 3:
+                if answer(r).get("stale_files") == 3:
                     break
                 await anyio.sleep(0.2)
         assert "3 file(s) changed since it was built" in text(r)
@@ -401,8 +400,8 @@ async def test_health_and_queries_say_how_fresh(make_repo: Callable[..., Path]) 
         with anyio.fail_after(WAIT):  # health may answer from a count up to 2 s old
             while True:
                 health = await session.call_tool("rag_health", {})
-                assert health.structuredContent is not None
-                if health.structuredContent["stale_files"] == 0:
+                assert health.structured_content is not None
+                if health.structured_content["stale_files"] == 0:
                     break
                 await anyio.sleep(0.2)
-        assert health.structuredContent["generation"] == 2
+        assert health.structured_content["generation"] == 2

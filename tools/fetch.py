@@ -35,10 +35,13 @@ class FetchResult:
     title: str
     text: Annotated[str, Field(
         description="The span's lines as they are now (redacted, capped)")]
-    url: Annotated[str, Field(description="file:// URL of the file, with #Lstart-Lend")]
+    url: Annotated[str, Field(description="Web link for a citation: the wiki or docs page when "
+                                          "that site is configured, else a forge permalink to "
+                                          "the lines, or empty when the repository has none")]
     metadata: Annotated[dict[str, str], Field(
-        description="path, lines, kind, language, symbol or heading, and whether the span "
-                    "moved (current_id), was truncated or had secrets redacted")]
+        description="path, lines, kind, language, symbol or heading, wiki page_id, anchor, "
+                    "PDF page, and whether the span moved (current_id), was truncated or had "
+                    "secrets redacted")]
 
 
 def fetch(
@@ -53,14 +56,16 @@ def fetch(
     meta = {"path": r.path, "start_line": str(r.start_line), "end_line": str(r.end_line),
             "kind": r.kind, "language": r.language, "symbol": r.symbol or "",
             "heading": r.heading or "", "stale": str(r.stale).lower(),
-            "truncated": str(r.truncated).lower(), "redactions": str(r.redactions)}
+            "truncated": str(r.truncated).lower(), "redactions": str(r.redactions),
+            "page_id": r.page_id or "", "anchor": r.anchor or "",
+            "page": str(r.page) if r.page else ""}
     if deps.multi:
         meta["repo"] = r.repo
     if r.id != redact_id(span_id):  # IDs come back with a secret in the path masked
         meta["current_id"] = qualify(r.repo, r.id) if deps.multi else r.id
     return FetchResult(id=redact_id(id), title=span_title(r.path, r.start_line, r.end_line,
                                                r.symbol or r.heading),
-                       text=r.text, url=span_url(deps.repos[r.repo].settings.root, r.path,
+                       text=r.text, url=r.url or span_url(deps.repos[r.repo].settings, r.path,
                                                  r.start_line, r.end_line),
                        metadata={k: v for k, v in meta.items() if v != ""})
 

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from rag_mcp.deps import Deps
 from rag_mcp.index.spans import MAX_ID_LEN
+from rag_mcp.search.links import describe
 from rag_mcp.search.spanget import MAX_CONTEXT_LINES, SpanResult
 from tools._base import ToolSpec
 
@@ -44,7 +45,9 @@ def render(r: SpanResult) -> str:
     if r.redactions:
         notes.append(f"{r.redactions} secret(s) redacted")
     body = f"```{r.language}\n{r.text}\n```"
-    return "\n".join([head] + ([f"note: {'; '.join(notes)}"] if notes else [])
+    at = describe(r.page_id, r.anchor, r.page, r.url)
+    return "\n".join([head] + ([at] if at else [])
+                     + ([f"note: {'; '.join(notes)}"] if notes else [])
                      + [f"(from line {max(1, first)})", body])
 
 

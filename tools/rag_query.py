@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from rag_mcp.deps import Deps
+from rag_mcp.search.links import describe
 from rag_mcp.search.query import QueryAnswer, QueryParams
 from tools._base import ToolSpec
 
@@ -16,6 +18,85 @@ DESCRIPTION = (
     "Use it before grep or reading whole files, then call rag_get_span on the IDs worth "
     "reading (or pass include_text=true to get them at once)."
 )
+
+
+# What an assistant reads of rag_query (its structured content): the hits and what to do next,
+# nothing it cannot act on. Fields at their defaults are left out of each result, and timings,
+# budgets and token counts travel in the result's _meta (``meta``). A comment, not a docstring:
+# pydantic would send a docstring to every client inside the output schema.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hit:
+    id: Annotated[str, Field(
+        description="Span ID 'path:start-end:digest' (path relative to the repository root, "
+                    "lines 1-based and inclusive); pass it to rag_get_span")]
+    kind: Annotated[str, Field(description="code, doc or text")]
+    language: str
+    symbol: Annotated[str | None, Field(description="Definition name, e.g. 'Indexer.run'")] = None
+    heading: Annotated[str | None, Field(
+        description="Heading path of a doc span, 'A > B > C'")] = None
+    score: Annotated[float, Field(description="Calibrated confidence in [0, 1]")]
+    preview: Annotated[str, Field(description="What the span is: a signature or heading")] = ""
+    text: Annotated[str | None, Field(
+        description="Span text when include_text=true (secrets redacted)")] = None
+    stale: Annotated[bool, Field(description="The file changed since indexing")] = False
+    truncated: Annotated[bool, Field(description="Text cut by the byte budget")] = False
+    repo: Annotated[str | None, Field(
+        description="The repository of the span, when several are served; pass it to "
+                    "rag_get_span")] = None
+    joins: Annotated[int, Field(
+        description="How many adjacent spans of one file this hit's range joins")] = 0
+    page_id: Annotated[str | None, Field(description="Wiki page ID, e.g. 'wiki:syntax'")] = None
+    anchor: Annotated[str | None, Field(description="Section anchor in the page")] = None
+    page: Annotated[int | None, Field(description="PDF page of the span (1-based)")] = None
+    url: Annotated[str | None, Field(
+        description="Web address of the page or section, when the site is configured")] = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RagQueryResult:
+    hits: Annotated[list[Hit], Field(description="Best first")]
+    low_confidence: Annotated[bool, Field(
+        description="No hit reached the confidence threshold; the best guess is shown")] = False
+    message: Annotated[str | None, Field(
+        description="Why confidence is low, or what was cut")] = None
+    next: Annotated[str | None, Field(description="What to call next")] = None
+    stale_files: Annotated[int | None, Field(
+        description="Files changed since the index was built: re-run rag-index")] = None
+    unavailable: Annotated[dict[str, str] | None, Field(
+        description="Repositories asked but without a usable index, and why")] = None
+
+
+def next_step(r: QueryAnswer) -> str | None:
+    """The hint after the hits, in the text and the structured result alike."""
+    if not r.hits or any(h.text for h in r.hits):
+        return None
+    return ("rag_get_span(span_id, repo) on the spans worth reading." if r.generations is not None
+            else "rag_get_span(span_id) on the spans worth reading.")
+
+
+def to_output(r: QueryAnswer) -> RagQueryResult:
+    several = r.generations is not None
+    return RagQueryResult(
+        hits=[Hit(id=h.id, kind=h.kind, language=h.language, symbol=h.symbol,
+                  heading=None if h.symbol else h.heading, score=round(h.score, 2),
+                  preview=h.preview, text=h.text, stale=h.stale, truncated=h.truncated,
+                  repo=h.repo if several else None, joins=len(h.parts or ()),
+                  page_id=h.page_id, anchor=h.anchor, page=h.page, url=h.url) for h in r.hits],
+        low_confidence=r.low_confidence, message=r.message, next=next_step(r),
+        stale_files=r.stale_files or None, unavailable=r.unavailable)
+
+
+def meta(r: QueryAnswer) -> dict[str, Any]:
+    """Diagnostics for programs and benchmarks: timings, budgets, token counts."""
+    out: dict[str, Any] = {
+        "took_ms": r.took_ms, "cache_hit": r.cache_hit, "tau": r.tau, "returned": r.returned,
+        "dropped_by_tau": r.dropped_by_tau, "cut_by_budget": r.cut_by_budget,
+        "tokens_returned": r.tokens_returned, "tokens_whole_files": r.tokens_whole_files,
+        "redactions": r.redactions, "index_generation": r.index_generation,
+        "timings": r.timings}
+    if r.generations is not None:
+        out["generations"] = r.generations
+    return out
 
 
 def rag_query(
@@ -68,14 +149,17 @@ def render(r: QueryAnswer) -> str:
                      + ("  (stale)" if h.stale else ""))
         if h.preview:
             lines.append(f"   {h.preview}")
+        at = describe(h.page_id, h.anchor, h.page, h.url)
+        if at:
+            lines.append(f"   {at}")
         if h.text is not None:
             lines.append(f"```{h.language}\n{h.text}\n```")
     if r.stale_files:
         lines.append(f"index: {r.stale_files} file(s) changed since it was built; "
                      "re-run rag-index for fresh results")
-    if r.hits and not any(h.text for h in r.hits):
-        lines.append("Next: rag_get_span(span_id, repo) on the spans worth reading." if several
-                     else "Next: rag_get_span(span_id) on the spans worth reading.")
+    step = next_step(r)
+    if step:
+        lines.append(f"Next: {step}")
     return "\n".join(lines)
 
 
@@ -97,9 +181,13 @@ def log_fields(params: dict[str, Any], r: QueryAnswer | None) -> dict[str, Any]:
                    redactions=r.redactions)
         if r.unavailable:
             out["unavailable"] = sorted(r.unavailable)
+        # with several repositories an ID names its repository first, as search's IDs do
+        out["spans"] = [f"{h.repo}:{h.id}" if r.generations is not None else h.id
+                        for h in r.hits]
     return out
 
 
 SPEC = ToolSpec(name="rag_query", title="Search code and docs", fn=rag_query,
-                result=QueryAnswer, render=render, log_fields=log_fields)
+                result=QueryAnswer, render=render, log_fields=log_fields,
+                output=RagQueryResult, to_output=to_output, meta=meta, lean=True)
 rag_query.__doc__ = DESCRIPTION

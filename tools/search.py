@@ -3,7 +3,8 @@
 ChatGPT connectors and deep research call a tool named ``search`` with one ``query`` string and
 read exactly one text content item whose text is the JSON object ``{"results": [{"id", "title",
 "url"}]}`` (https://platform.openai.com/docs/mcp, "search tool"; docs/CLIENTS.md). The IDs are
-our span IDs, which ``fetch`` accepts; the URL is a ``file://`` URL of the span's lines. When the
+our span IDs, which ``fetch`` accepts; the URL is a web permalink of the span's lines
+(``tools/_links.py``), or empty: never a ``file://`` link, which opens nothing for ChatGPT. When the
 server serves several repositories an ID names its repository first, ``repo:path:start-end:digest``
 (repository names hold no ':').
 """
@@ -12,15 +13,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
 
+from rag_mcp.config import Settings
 from rag_mcp.deps import Deps
 from rag_mcp.search.query import QueryParams
 from rag_mcp.search.redact import redact_label
 from rag_mcp.search.repos import qualify
+from tools import _links
 from tools._base import ToolSpec
 
 DESCRIPTION = (
@@ -35,7 +37,9 @@ class SearchItem:
                                          "repositories 'repo:path:start-end:digest'); pass it "
                                          "to fetch")]
     title: Annotated[str, Field(description="Symbol or heading, then path and lines")]
-    url: Annotated[str, Field(description="file:// URL of the file, with #Lstart-Lend")]
+    url: Annotated[str, Field(description="Web link for a citation: the wiki or docs page when "
+                                          "that site is configured, else a forge permalink to "
+                                          "the lines, or empty when the repository has none")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +47,10 @@ class SearchResult:
     results: Annotated[list[SearchItem], Field(description="Best first")]
 
 
-def span_url(root: str, path: str, start: int, end: int) -> str:
-    """A citable ``file://`` URL for lines ``start``-``end`` of ``path`` under ``root``."""
-    return f"{(Path(root) / path).as_uri()}#L{start}-L{end}"
+def span_url(settings: Settings, path: str, start: int, end: int) -> str:
+    """The citable web URL of lines ``start``-``end`` of ``path`` in the repository of
+    ``settings`` (``http.url_template``; tools/_links.py), or "" when there is none."""
+    return _links.span_url(settings.url_template, settings.root, path, start, end)
 
 
 def span_title(path: str, start: int, end: int, label: str | None) -> str:
@@ -66,7 +71,7 @@ def search(
                    title=span_title(h.path, h.start_line, h.end_line,
                                     redact_label(h.symbol or h.heading)
                                     or h.preview[:120] or None),
-                   url=span_url(deps.repos[h.repo].settings.root, h.path, h.start_line,
+                   url=h.url or span_url(deps.repos[h.repo].settings, h.path, h.start_line,
                                 h.end_line))
         for h in ans.hits])
 

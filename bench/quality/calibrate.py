@@ -9,7 +9,8 @@ candidate, relevance by the kit's rule), so hundreds of settings cost seconds:
    distinct terms beyond which the cosine's weight falls as terms / n, rag_mcp/search/fusion.py).
    The choice (bench/quality/fusion_search.py ``choose``): the best MRR@10 averaged over the sets,
    each set weighing the same, among the settings that beat both single legs on every set —
-   the fused default's own requirement, used as a constraint — else the best mean. A leave-one-set-out
+   the fused default's own requirement, used as a constraint — else the best mean. A
+   leave-one-set-out
    pass shows what a set not used for the choice would get (the held-out sets of the issue are
    other libraries, languages and docs trees); docs is the kit's only prose set, so with docs
    held out nothing chooses alpha_prose and the tie-break gives it alpha's value. The other
@@ -347,7 +348,8 @@ bench/quality/fusion_search.py), relevance by the kit's rule. `raw = a_q * cos +
 (alpha_k - a_q) * best cos`, `lex` = BM25 (body + w * name) over its upper bound for the query,
 `a_q = alpha_k * min(1, terms / n)` for a query of n distinct lexical terms, `alpha_k` = alpha
 for code spans and alpha_prose for doc/text spans. The choice: the best MRR@10 averaged over the
-sets among the settings that beat both single legs on every set (the fused default's requirement, used as
+sets among the settings that beat both single legs on every set (the fused default's requirement,
+used as
 a constraint; {"met" if beats_legs(best, sets) else "no setting meets it, so the best mean"}).
 Chosen: **alpha = {alpha:g} (code), alpha_prose = {prose:g} (doc/text), name weight w = {w:g},
 terms = {terms:g}**, mean MRR@10 {mean_mrr(best, sets):.3f} (the unconstrained best:

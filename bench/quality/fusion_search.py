@@ -13,7 +13,8 @@ per-kind default it is within 0.001 of rag_query's on every set.
 
 ``grid`` scores every (alpha for code spans, alpha for prose spans, name weight, terms) setting
 on every set and ``choose`` picks the default among them: the best MRR@10 averaged over the
-sets among the settings that beat both single legs on every set (the fused default's requirement, used
+sets among the settings that beat both single legs on every set (the fused default's requirement,
+used
 as a constraint), else the best mean.
 
 ``rule_families`` holds the query-adaptive weights that were tried (length, the model's window,

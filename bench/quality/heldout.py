@@ -117,7 +117,8 @@ def build_set(src: Source, tree: Path, limit: int) -> EvalSet:
     return EvalSet(src.slug, d, queries)
 
 
-REFERENCE = "onnx"  # fp32, spans read whole (bench.quality.sets.settings_for): the reference of the speed target
+# fp32, spans read whole (bench.quality.sets.settings_for): the reference of the speed target
+REFERENCE = "onnx"
 
 
 def measure(src: Source, limit: int, fp32: bool) -> tuple[list[object], list[object] | None]:
@@ -212,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                   "with the default int8 model. The share of tokens grows as files shrink: five "
                   "answers of 20-40 lines are a large part of files of 80 lines.\n\n" + table
                   + "\n\nThe default model (int8 weights, spans read to 160 tokens) against "
-                  "the reference of the speed target, the fp32 model reading each span's whole window, on the "
+                  "the reference of the speed target, the fp32 model reading each span's whole "
+                  "window, on the "
                   "same sets (MRR@10, rag-eval's path):\n\n" + ref_table)
     return 0
 

@@ -138,6 +138,11 @@ def settings_for(ev: EvalSet, sub: str, backend: str, *, model: str = "all-MiniL
     return load_settings(over, environ={})
 
 
+def is_built(settings: Settings) -> bool:
+    """Whether the corpus of ``settings`` has a published index (a generation to open)."""
+    return (settings.index_path / "CURRENT").is_file()
+
+
 def index_all(set_names: list[str], backends: list[str], *, quiet: bool = False,
               **extra: object) -> dict[str, list[RunStats]]:
     """Index every corpus of the sets; ``extra`` are settings (e.g. another index_dir)."""

@@ -373,7 +373,7 @@ def study_damage(work: Path, args: argparse.Namespace) -> str:
                 r = await s.call_tool("rag_query", query)
                 code = hio.answer_code(r)
                 if code == "ok":
-                    got = [h["id"] for h in (r.structuredContent or {})["hits"]]
+                    got = [h["id"] for h in (r.structured_content or {})["hits"]]
                     first = "unharmed" if not want or got == want else "WRONG ANSWER"
                     if not want:
                         want.extend(got)
@@ -387,7 +387,7 @@ def study_damage(work: Path, args: argparse.Namespace) -> str:
                                           env=env, capture_output=True, text=True)
                     again = await s.call_tool("rag_query", query)
                     ok = hio.answer_code(again) == "ok" and [h["id"] for h in (
-                        again.structuredContent or {})["hits"]] == want
+                        again.structured_content or {})["hits"]] == want
                     recovered = "yes" if ok and done.returncode == 0 else \
                         f"NO ({done.returncode}: {done.stderr.strip()[-80:]})"
         except Exception as exc:  # the server process died: that is the figure
@@ -518,7 +518,7 @@ def study_load(work: Path, args: argparse.Namespace) -> str:
             t = time.perf_counter()
             try:
                 r = await session.call_tool(tool, a)
-                bad = r.isError
+                bad = r.is_error
             except Exception as exc:  # counted as an error; the loop goes on
                 bad, r = True, exc
             lat[name].append((time.perf_counter() - t) * 1000)
@@ -526,7 +526,7 @@ def study_load(work: Path, args: argparse.Namespace) -> str:
             if bad:
                 errors.append(f"{name} {tool}: {str(r)[:120]}")
             elif tool == "rag_query":
-                last = [h["id"] for h in r.structuredContent["hits"]] or last
+                last = [h["id"] for h in r.structured_content["hits"]] or last
 
     async def run() -> None:
         from mcp import ClientSession
@@ -537,7 +537,7 @@ def study_load(work: Path, args: argparse.Namespace) -> str:
                 over_stdio(root, env={**hio.server_env(work / "logs"), **env}))
             sessions = []
             for _ in range(8):
-                read, write, _ = await stack.enter_async_context(
+                read, write = await stack.enter_async_context(
                     streamable_http_client(server.url))
                 sess = await stack.enter_async_context(ClientSession(read, write))
                 await sess.initialize()

@@ -174,7 +174,7 @@ async def wait_for(s: Any, ident: str, rel: str, t0: float) -> float:
     """Seconds from ``t0`` until rag_query returns the probe's span."""
     while time.time() - t0 < TIMEOUT:
         r = await s.call_tool("rag_query", {"query": ident, "k": 3, "tau": 0.0})
-        sc = r.structuredContent or {}
+        sc = r.structured_content or {}
         for hit in sc.get("hits", []):
             if hit["path"] == rel and ident in (hit.get("symbol") or "") + hit.get("preview", ""):
                 return time.time() - t0

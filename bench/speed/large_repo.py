@@ -224,9 +224,9 @@ async def _query_session(root: Path, idx: Path, ignore: Sequence[str], rounds: i
                 t0 = time.perf_counter()
                 r = await session.call_tool("rag_query", {"query": q, "k": 5})
                 lat.append((time.perf_counter() - t0) * 1000)
-                if r.isError or not r.structuredContent:
+                if r.is_error or not r.structured_content:
                     raise SystemExit(f"rag_query failed: {r.content}")
-                server_ms.append(float(r.structuredContent.get("took_ms") or 0.0))
+                server_ms.append(float(r.structured_content.get("took_ms") or 0.0))
         rss = _vm_hwm(pid)
     return {"p50": median(lat), "p95": pct(lat, 95), "server_p50": median(server_ms),
             "server_p95": pct(server_ms, 95), "n": len(lat), "server_rss_mb": rss,

@@ -47,7 +47,7 @@ async def one_session(tree: Path | None, root: Path) -> list[float]:
         marks.append(time.perf_counter() - t0)
         query = await session.call_tool("rag_query", {"query": QUERY})
         marks.append(time.perf_counter() - t0)
-        if health.isError or query.isError:
+        if health.is_error or query.is_error:
             raise SystemExit(f"the server failed: {health.content} {query.content}")
     return marks
 

@@ -93,14 +93,26 @@ def baseline_tree(rev: str) -> Path:
     return tree
 
 
+#: the interpreter whose installed packages run the baseline tree (--baseline-python)
+BASELINE_PYTHON: list[str] = []
+
+
 def server_command(tree: Path | None) -> list[str]:
-    """``python -m rag_mcp`` of this checkout, or of ``tree`` with the same installed
-    dependencies: ``-S`` skips the .pth file of this checkout's editable install, which would
-    otherwise import rag_mcp from here whatever ``sys.path`` says."""
+    """``python -m rag_mcp`` of this checkout, or of ``tree`` with the installed dependencies
+    of ``BASELINE_PYTHON`` (default: this interpreter's): ``-S`` skips the .pth file of an
+    editable install, which would otherwise import rag_mcp from there whatever ``sys.path``
+    says."""
     if tree is None:
         return [sys.executable, "-m", "rag_mcp"]
-    paths = [str(tree), *dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))]
-    return [sys.executable, "-S", "-c", f"import sys; sys.path[:0] = {paths!r}; "
+    python = BASELINE_PYTHON[0] if BASELINE_PYTHON else sys.executable
+    if python == sys.executable:
+        site = [sysconfig.get_paths()[k] for k in ("purelib", "platlib")]
+    else:
+        site = subprocess.run([python, "-c", "import sysconfig; p = sysconfig.get_paths(); "
+                               "print(p['purelib']); print(p['platlib'])"], check=True,
+                              capture_output=True, text=True).stdout.split()
+    paths = [str(tree), *dict.fromkeys(site)]
+    return [python, "-S", "-c", f"import sys; sys.path[:0] = {paths!r}; "
             "from rag_mcp.serve.__main__ import main; sys.exit(main())"]
 
 
@@ -127,8 +139,7 @@ async def timed(session: Any, tool: str, args: dict[str, Any], n: int,
                 out: dict[str, list[float]], *, validate: bool = False) -> None:
     import mcp.types as mt
 
-    request = mt.ClientRequest(mt.CallToolRequest(
-        params=mt.CallToolRequestParams(name=tool, arguments=args)))
+    request = mt.CallToolRequest(params=mt.CallToolRequestParams(name=tool, arguments=args))
     key = f"{tool}+validate" if validate else tool
     for _ in range(n):
         t0 = time.perf_counter()
@@ -137,8 +148,10 @@ async def timed(session: Any, tool: str, args: dict[str, Any], n: int,
         else:
             r = await session.send_request(request, mt.CallToolResult)
         out.setdefault(key, []).append((time.perf_counter() - t0) * 1000)
-        if r.isError or (tool == "rag_query" and not (r.structuredContent or {}).get(
-                "cache_hit")):
+        # cache_hit: in _meta's diagnostics since the lean results, in the structured
+        # content before (a --baseline server)
+        diag = (r.meta or {}).get("rag-mcp/diagnostics") or r.structured_content or {}
+        if r.is_error or (tool == "rag_query" and not diag.get("cache_hit")):
             raise SystemExit(f"{tool} failed or missed the cache: {r.content}")
 
 
@@ -230,7 +243,7 @@ async def measure(index_dir: Path, env: dict[str, str], calls: int, rounds: int,
                   baseline: Path | None = None) -> dict[str, dict[str, list[float]]]:
     """Times keyed by server name (``stdio``, ``http``, and ``stdio@base``, ``http@base`` for a
     baseline tree), then by tool; ``floor`` under ``stdio`` and ``http``."""
-    import httpx
+    import httpx2 as httpx  # the HTTP client the MCP SDK 2.x transports take
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
@@ -260,7 +273,7 @@ async def measure(index_dir: Path, env: dict[str, str], calls: int, rounds: int,
                 proc, url = start_http(index_dir, http_env, WORK / f"transport-http{suffix}.log",
                                        command)
                 procs.append(proc)
-                read, write, _ = await stack.enter_async_context(
+                read, write = await stack.enter_async_context(
                     streamable_http_client(url, http_client=hc))
                 sessions[f"http{suffix}"] = await stack.enter_async_context(
                     ClientSession(read, write))
@@ -307,8 +320,9 @@ def baseline_table(times: dict[str, dict[str, list[float]]], rev: str) -> str:
                          f"{pct(old, 50) / pct(new, 50):.2f}x", round(pct(old, 95), 2),
                          round(pct(new, 95), 2)])
     return (f"\n\nSide by side with the server of commit `{rev}` (the same index, client and "
-            "rounds; its source exported to bench/.work and run on the same installed "
-            "dependencies):\n\n"
+            "rounds; its source exported to bench/.work and run on "
+            + (f"the installed packages of `{BASELINE_PYTHON[0]}`" if BASELINE_PYTHON
+               else "the same installed dependencies") + "):\n\n"
             + md_table(["tool", "transport", f"{rev} P50 ms", "now P50 ms", "speed-up",
                         f"{rev} P95 ms", "now P95 ms"], rows))
 
@@ -367,13 +381,11 @@ def report(times: dict[str, dict[str, list[float]]], calls: int, rounds: int,
         "server process each, both open at once, calls alternating between the transports in "
         f"{rounds} blocks. `rag_query` repeats one query, so every timed call is a memo-cache "
         "hit. Timed with `ClientSession.send_request`; the `call_tool` rows add the SDK's own "
-        "client-side validation of the result against the output schema (`jsonschema` "
-        "rebuilds its validator on every call in mcp 1.30, "
-        "[python-sdk#3133](https://github.com/modelcontextprotocol/python-sdk/issues/3133)). "
+        "client-side validation of the result against the output schema. "
         "\"server ms\" is what the server's tool wrapper logged for the same calls. The echo "
         "floors are the same client stacks (an anyio pipe; httpx against uvicorn + Starlette) "
         "talking to a process that only echoes the request, measured in the same rounds: what "
-        "any round trip costs on this machine at this moment. Reference: the published "
+        "any round trip costs on this machine at this moment. Reference: "
         "a published measurement of another MCP server (a Raspberry Pi, rag_health).\n\n"
         + md_table(["tool", "transport", "calls", "P50 ms", "P95 ms", "server P50 ms",
                     "target P50 ms", "reference P50 ms"], rows)
@@ -386,7 +398,8 @@ def report(times: dict[str, dict[str, list[float]]], calls: int, rounds: int,
         + ts_table(times.get("ts", {}), rounds)
         + (baseline_table(times, baseline) if baseline else "")
         + "\n\nReproduce: `.venv/bin/python -m bench.speed.transport --calls "
-        f"{calls} --rounds {rounds}{f' --baseline {baseline}' if baseline else ''}`\n")
+        f"{calls} --rounds {rounds}{f' --baseline {baseline}' if baseline else ''}"
+        f"{' --baseline-python ' + BASELINE_PYTHON[0] if BASELINE_PYTHON else ''}`\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=500, help="timed calls per tool and transport")
     ap.add_argument("--rounds", type=int, default=5, help="alternating blocks")
     ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--baseline-python", metavar="PYTHON",
+                    help="run the --baseline servers with this interpreter's packages (e.g. "
+                         "another checkout's .venv/bin/python, for a different MCP SDK)")
     ap.add_argument("--baseline", metavar="REV",
                     help="also time the server of this git revision, side by side")
     args = ap.parse_args(argv)
@@ -404,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     ensure_index(index_dir, env)
     load_start = os.getloadavg()[0]
     base = baseline_tree(args.baseline) if args.baseline else None
+    if args.baseline_python:
+        BASELINE_PYTHON.append(args.baseline_python)
     times = anyio.run(measure, index_dir, env, args.calls, args.rounds, base)
     text = report(times, args.calls, args.rounds, (load_start, os.getloadavg()[0]),
                   base.name.removeprefix("baseline-") if base else None)

@@ -39,7 +39,7 @@ async function block(name, client, tool, args, n, keep) {
     const t0 = process.hrtime.bigint();
     const r = await client.callTool({ name: tool, arguments: args });
     const ms = Number(process.hrtime.bigint() - t0) / 1e6;
-    if (r.isError) throw new Error(`${tool} over ${name} failed: ${JSON.stringify(r.content)}`);
+    if (r.is_error) throw new Error(`${tool} over ${name} failed: ${JSON.stringify(r.content)}`);
     if (keep) (times[`${name} ${tool}`] ??= []).push(ms);
   }
 }

@@ -78,6 +78,15 @@ class Calibration:
     terms: float = math.inf
     #: the cosine's weight for documentation and plain-text spans; None = ``alpha``
     alpha_prose: float | None = None
+    #: how much the query's lexical coverage (``coverage_shift``) lowers every hit's score
+    coverage_weight: float = 0.0
+    #: the answer is flagged low_confidence when its best hit scores under this (None = tau)
+    flag: float | None = None
+
+    @property
+    def flag_threshold(self) -> float:
+        """The score the best hit must reach for the answer not to be flagged (at least tau)."""
+        return self.tau if self.flag is None else max(self.flag, self.tau)
 
     def alpha_for(self, kind: str) -> float:
         """The cosine's weight for a span of ``kind`` (code, doc or text), before the length
@@ -98,10 +107,16 @@ class Calibration:
 # identifiers split; before: alpha 0.7, terms 10, a 5.739, b -5.233). tau: the largest threshold
 # that keeps hit@5 within 2 points of tau = 0 on every set, also when the curve is fitted
 # without that set; the fp32 backend shares the row (same model, cosines within ~0.01).
+# coverage_weight and flag: fitted by `bench/quality/confidence.py --fit` on the kit's on-topic
+# questions and the dev half of the off-topic set (bench/quality/offtopic.jsonl): the most
+# off-topic questions flagged while at most 2.5% of each set's on-topic ones are; the holdout
+# half is only measured (docs/BENCHMARKS.md, "Low confidence").
 CALIBRATIONS: dict[str, Calibration] = {
     "all-MiniLM-L6-v2": Calibration(
         alpha=0.8, alpha_prose=0.4, a=4.388, b=-4.733, tau=0.02, terms=8,
-        source="bench/quality/calibrate.py, onnx-int8, docs+cosqa+docstring+swebench_lite"),
+        coverage_weight=0.75, flag=0.025,
+        source="bench/quality/calibrate.py, onnx-int8, docs+cosqa+docstring+swebench_lite; "
+               "coverage_weight and flag: bench/quality/confidence.py --fit"),
 }
 # Models without a fitted row: the same shape and no threshold (tau = 0 drops nothing), since
 # an uncalibrated score means nothing absolute. The length rule stays: BM25's compression on long
@@ -149,6 +164,32 @@ def fuse(cos: float, lex: float, cal: Calibration, n_terms: int = 0,
     a_q = query_alpha(cal, n_terms, kind)
     raw = convex(cos, lex, a_q) + (alpha - a_q) * best_cos + prior
     return raw, logistic(cal.a * raw + cal.b)
+
+
+#: the least coverage the shift counts (ln 0 is -inf; a query with no known term is then far under
+#: any threshold anyway)
+MIN_COVERAGE = 1e-4
+
+
+def coverage_shift(cal: Calibration, coverage: float) -> float:
+    """What the query's lexical ``coverage`` adds to the logit of every hit's score:
+    ``coverage_weight * ln(coverage)``, 0 when every query term occurs in the corpus.
+
+    The same for every hit of the query, so it never changes their order; it lowers a question
+    whose words the corpus lacks ("bake sourdough bread" asked of a web framework) as a whole,
+    which the hit-level evidence cannot: BM25's share is taken over the terms the corpus has, so
+    a frame word ("how do I") fills it, and a cosine of 0.2 is what any text gets from MiniLM."""
+    if cal.coverage_weight <= 0.0 or coverage >= 1.0:
+        return 0.0
+    return cal.coverage_weight * math.log(max(coverage, MIN_COVERAGE))
+
+
+def shift_score(score: float, shift: float) -> float:
+    """A calibrated score with ``shift`` added to its logit."""
+    if shift == 0.0:
+        return score
+    score = min(max(score, 1e-12), 1.0 - 1e-12)
+    return logistic(math.log(score / (1.0 - score)) + shift)
 
 
 def rrf(dense_rank: int | None, lex_rank: int | None, w_dense: float = 1.0,

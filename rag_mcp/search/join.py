@@ -13,7 +13,7 @@ answers with the first k, so asking for more never changes the first answers.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -69,3 +69,11 @@ def _home(ranges: list[Placed], h: Placed, skip: int, gap: int, max_lines: int) 
                 and max(r.end_line, h.end_line) - min(r.start_line, h.start_line) < max_lines):
             return g
     return None
+
+
+def joined_label(labels: Iterable[str | None], sep: str) -> str | None:
+    """The label of a joined range: every distinct label of its parts (symbols or heading
+    paths) in the order given (rag_query gives the best-ranked part's first, then the parts in
+    line order), ``sep``-separated; None when no part has one."""
+    seen = list(dict.fromkeys(label for label in labels if label))
+    return sep.join(seen) if seen else None

@@ -19,7 +19,9 @@ from pydantic import Field
 from rag_mcp.config import Settings
 from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, Stale
 from rag_mcp.index.spans import Span, digest
-from rag_mcp.search.join import Placed, plan_joins
+from rag_mcp.search.join import Placed, joined_label, plan_joins
+from rag_mcp.search.links import where
+from rag_mcp.search.preview import describe
 from rag_mcp.search.reader import cap_text, join_parts, read_span
 from rag_mcp.search.redact import redact, redact_id, redact_label
 from rag_mcp.search.repos import Repo, select
@@ -57,10 +59,11 @@ class QueryHit:
     end_line: Annotated[int, Field(description="Last line, inclusive")]
     kind: Annotated[str, Field(description="code, doc or text")]
     language: str
-    symbol: Annotated[str | None, Field(description="Definition name, e.g. 'Indexer.run'")] = None
+    symbol: Annotated[str | None, Field(
+        description="Definition name, e.g. 'Indexer.run' (a joined range: each, ', ')")] = None
     parent: Annotated[str | None, Field(description="Enclosing class or type, if any")] = None
     heading: Annotated[str | None, Field(
-        description="Heading path of a doc span, 'A > B > C'")] = None
+        description="Heading path of a doc span, 'A > B > C' (a joined range: each, '; ')")] = None
     score: Annotated[float, Field(description="Calibrated confidence in [0, 1]")]
     preview: Annotated[str, Field(
         description="One-line signature or heading (secrets redacted)")]
@@ -73,6 +76,14 @@ class QueryHit:
     parts: Annotated[tuple[str, ...] | None, Field(
         description="Adjacent spans of one file returned as this one range: their IDs (the "
                     "hit's own ID reads the whole range)")] = None
+    page_id: Annotated[str | None, Field(
+        description="DokuWiki page ID of a wiki page, e.g. 'wiki:syntax'")] = None
+    anchor: Annotated[str | None, Field(
+        description="The section's anchor on its published page, e.g. 'tables'")] = None
+    page: Annotated[int | None, Field(description="PDF page number, 1-based")] = None
+    url: Annotated[str | None, Field(
+        description="Web address of the page and section, when the wiki or docs site URL is "
+                    "configured")] = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,7 +93,8 @@ class QueryAnswer:
     query: str
     hits: Annotated[list[QueryHit], Field(description="Best first")]
     low_confidence: Annotated[bool, Field(
-        description="No hit reached tau; the single best guess is shown")]
+        description="The best hit is under the model's confidence bar: the corpus may not "
+                    "answer this (when no hit reached tau, the single best guess is shown)")]
     message: Annotated[str | None, Field(
         description="What was cut or why confidence is low")] = None
     tau: Annotated[float, Field(description="Confidence threshold applied")]
@@ -272,12 +284,16 @@ class QueryService:
         wanted = self._join(found, p.k, tau_of)
         kept = [f for f in wanted if f.hit.score >= tau_of(f)]
         dropped = len(wanted) - len(kept)
-        low = False
+        low = bool(wanted) and not any(
+            f.hit.score >= (f.retrieval.calibration.flag_threshold if p.tau is None
+                            else float(p.tau)) for f in wanted)
         notes: list[str] = []
+        if low:
+            prose = mostly_prose([r.index.manifest for r in retrievals.values()])
+            best = max(f.hit.score for f in wanted)
+            notes.append(low_confidence_note(best, tau, bool(kept), prose))
         if not kept and wanted:
-            kept, low = wanted[:1], True
-            notes.append(f"no span reached the confidence threshold tau={tau:.2f}; this is the "
-                         "best guess. Rephrase with names from the code, or pass a lower tau.")
+            kept = wanted[:1]
         elif not wanted:
             notes.append("nothing matched; check the filters or rephrase")
         t = time.perf_counter()
@@ -317,8 +333,10 @@ class QueryService:
 
         The groups are planned for the most rag_query ever returns (``MAX_K``) whatever ``k``
         asks, so a smaller k is always the beginning of a larger one's answer."""
-        placed = [Placed((id(f.repo), f.hit.span.path), f.hit.span.start_line,
-                         f.hit.span.end_line, f.hit.score >= tau_of(f)) for f in found]
+        # spans of two pages of a PDF never join: a hit cites one page
+        placed = [Placed((id(f.repo), f.hit.span.path, dict(f.hit.span.meta).get("page")),
+                         f.hit.span.start_line, f.hit.span.end_line, f.hit.score >= tau_of(f))
+                  for f in found]
         groups = plan_joins(placed, MAX_K, gap=self.s.join_gap, max_lines=self.s.join_max_lines)
         out: list[_Found] = []
         for group in groups[:k]:
@@ -339,8 +357,14 @@ class QueryService:
         if got is None:
             return None
         start, end, text = got
+        parents = {sp.parent for sp in spans}
         span = replace(lead.hit.span, start_line=start, end_line=end, digest=digest(text),
-                       byte_len=len(text.encode("utf-8", "surrogatepass")))
+                       byte_len=len(text.encode("utf-8", "surrogatepass")),
+                       symbol=joined_label([lead.hit.span.symbol, *(sp.symbol for sp in spans)],
+                                           ", "),
+                       heading=joined_label(
+                           [lead.hit.span.heading, *(sp.heading for sp in spans)], "; "),
+                       parent=lead.hit.span.parent if len(parents) == 1 else None)
         return _Joined(span, text, tuple(sp.id for sp in spans))
 
     def _rerank(self, p: QueryParams, found: list[_Found], timings: dict[str, float]
@@ -376,7 +400,7 @@ class QueryService:
         for i, f in enumerate(kept[:limit]):
             h = f.hit
             sp = f.span
-            preview, n1 = redact(sp.preview)  # redact the stored line whole, then shorten it
+            preview, n1 = redact(self._preview(f))  # redact the line whole, then shorten it
             if len(preview) > PREVIEW_CHARS:
                 preview = preview[: PREVIEW_CHARS - 1] + "…"
             text: str | None = None
@@ -394,6 +418,7 @@ class QueryService:
                 break
             used += size
             redactions += sum(n1.values()) + n2
+            at = where(f.repo.settings, sp)
             out.append(QueryHit(  # a secret in a file name is masked in IDs and paths too
                 id=redact_id(sp.id), path=redact_label(sp.path) or sp.path,
                 start_line=sp.start_line, end_line=sp.end_line,
@@ -401,8 +426,16 @@ class QueryService:
                 parent=redact_label(sp.parent), heading=redact_label(sp.heading),
                 score=round(h.score, 4), preview=preview, text=text,
                 stale=stale, truncated=truncated, repo=f.repo.name,
-                parts=tuple(map(redact_id, f.joined.parts)) if f.joined is not None else None))
+                parts=tuple(map(redact_id, f.joined.parts)) if f.joined is not None else None,
+                page_id=at.page_id, anchor=at.anchor, page=at.page, url=at.url))
         return out, cut, redactions
+
+    @staticmethod
+    def _preview(f: _Found) -> str:
+        """What the hit is (``search.preview``), from its best span's stored text."""
+        catalog = f.retrieval.index.catalog
+        stored = catalog.text(f.hit.row.sid) if catalog is not None else None
+        return describe(f.hit.span, stored)
 
     def _text(self, root: Path, h: Hit, idx: Any) -> tuple[str, bool]:
         sp = h.span
@@ -414,3 +447,29 @@ class QueryService:
         except (NotFound, Stale):
             # The file moved on since indexing; the indexed text is still the best evidence.
             return stored, True
+
+
+def mostly_prose(manifests: Sequence[dict[str, Any]]) -> bool:
+    """Whether the searched indexes hold more documentation and text spans than code spans."""
+    prose = code = 0
+    for m in manifests:
+        for kind, n in (m.get("by_kind") or {}).items():
+            if kind in ("doc", "text"):
+                prose += int(n)
+            else:
+                code += int(n)
+    return prose > code
+
+
+def low_confidence_note(best: float, tau: float, reached_tau: bool, prose: bool) -> str:
+    """The note of a low-confidence answer, with advice that fits the corpus: names from the code
+    for a code repository, the pages' own words for a wiki or documentation."""
+    advice = ("Rephrase with words the pages use (a page title, a section heading, a term they "
+              "define)" if prose else
+              "Rephrase with names from the code (a function, class or file name)")
+    if not reached_tau:
+        return (f"no span reached the confidence threshold tau={tau:.2f}; this is the best "
+                f"guess. {advice}, or pass a lower tau.")
+    return (f"low confidence: the best hit scores {best:.3f}, under this model's bar; this "
+            "corpus may not answer the question (its words are rare or absent here). "
+            f"{advice}, or check the hits before relying on them.")

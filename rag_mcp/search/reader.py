@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rag_mcp.errors import InvalidArgument, NotFound, RagError, Stale
+from rag_mcp.index import documents
 from rag_mcp.index.spans import decode_text, digest, make_span_id, span_text, split_lines
 
 TRUNCATED = "\n[truncated]"
@@ -127,8 +128,15 @@ def locate(lines: list[str], start: int, end: int, want: str, first_line: str) -
 
 
 def file_lines(root: Path, rel: str, *, max_bytes: int = MAX_READ_BYTES) -> list[str]:
-    """The file's lines as the indexer numbered them (``open_inside``'s checks apply)."""
+    """The file's lines as the indexer numbered them (``open_inside``'s checks apply); a PDF's
+    are the lines of its extracted text."""
     data = open_inside(root, rel, max_bytes=max_bytes)
+    if documents.is_document(rel):
+        try:
+            return split_lines(documents.extract(rel, data).text)
+        except documents.Unreadable as exc:
+            raise Stale(f"{rel} can no longer be read ({exc.reason}); re-run rag-index",
+                        details={"path": rel}) from None
     return split_lines(decode_text(data))
 
 

@@ -23,9 +23,17 @@ from rag_mcp.embed import Embedder
 from rag_mcp.errors import IndexUnavailable, InvalidArgument
 from rag_mcp.index.catalog import SpanRow
 from rag_mcp.index.handle import IndexHandle, OpenIndex, index_command
-from rag_mcp.index.lexical import tokenize
+from rag_mcp.index.lexical import BM25_K1, LexicalIndex, tokenize
 from rag_mcp.index.spans import Span, is_test_code, query_embedding_text
-from rag_mcp.search.fusion import FUSIONS, Calibration, calibration_for, fuse, rrf
+from rag_mcp.search.fusion import (
+    FUSIONS,
+    Calibration,
+    calibration_for,
+    coverage_shift,
+    fuse,
+    rrf,
+    shift_score,
+)
 
 LANGUAGE_ALIASES = {
     "py": "python", "js": "javascript", "ts": "typescript", "md": "markdown", "c#": "c_sharp",
@@ -111,6 +119,8 @@ class Retrieval:
     index: OpenIndex
     calibration: Calibration
     timings: dict[str, float] = field(default_factory=dict)
+    #: the share of the query's lexical information the corpus has (``lexical_coverage``)
+    coverage: float = 1.0
 
 
 class QueryVectors:
@@ -207,8 +217,10 @@ class Retriever:
         penalty = 0.0 if filters.path is not None else self.test_penalty(tokens, n_terms, cal)
         hits = self._fuse(idx, qv, dense, lexical, n, bound, n_terms, filters, fusion, cal,
                           penalty)
+        coverage = lexical_coverage(idx.lexical, tokens) if tokens else 1.0
+        hits = with_coverage(hits, cal, coverage)
         timings["fusion_ms"] = (time.perf_counter() - t3) * 1000
-        return Retrieval(hits, idx, cal, timings)
+        return Retrieval(hits, idx, cal, timings, coverage)
 
     def test_penalty(self, tokens: list[str], n_terms: int, cal: Calibration) -> float:
         """``query.test_penalty``, or 0 for a question-sized query that mentions tests (an
@@ -271,3 +283,31 @@ class Retriever:
             hits.append(Hit(row, score, raw, c, lx, dr, lr, bm))
         hits.sort(key=lambda h: (-h.raw, h.span.path, h.span.start_line))
         return hits
+
+
+def lexical_coverage(lexical: LexicalIndex, tokens: list[str]) -> float:
+    """How much of the query's lexical information the corpus has, in (0, 1].
+
+    BM25's bound for the query's terms that occur in the corpus, over that bound plus, for each
+    term that occurs nowhere, the bound of the rarest term the corpus could hold (in one span of
+    its N: idf ``ln(1 + (N + 0.5) / 0.5)``, in the body and the name field). A question the
+    corpus can answer uses its words (the kit's on-topic questions: none absent on the docs set,
+    at most a third on the code sets, 95th percentile); a question it cannot answer is mostly
+    words it lacks, whatever frame ("how do I", "what is the") the corpus happens to share."""
+    terms = list(dict.fromkeys(tokens))
+    present = lexical.upper_bound(terms)
+    absent = sum(1 for t in terms if lexical.upper_bound([t]) == 0.0)
+    if not absent:
+        return 1.0
+    n = lexical.num_docs()
+    rarest = (1.0 + lexical.NAME_BOOST) * math.log(1.0 + (n + 0.5) / 0.5) * (BM25_K1 + 1.0)
+    return present / (present + absent * rarest)
+
+
+def with_coverage(hits: list[Hit], cal: Calibration, coverage: float) -> list[Hit]:
+    """The hits with the query's coverage in their scores (``fusion.coverage_shift``); one shift
+    for every hit of the query, so their order stays."""
+    shift = coverage_shift(cal, coverage)
+    if shift == 0.0:
+        return hits
+    return [replace(h, score=shift_score(h.score, shift)) for h in hits]

@@ -12,6 +12,7 @@ from pydantic import Field
 from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, RagError, Stale
 from rag_mcp.index.catalog import Catalog, SpanRow
 from rag_mcp.index.spans import Span, SpanId, parse_span_id
+from rag_mcp.search.links import where
 from rag_mcp.search.reader import SpanText, cap_text, check_relpath, read_joined, read_span
 from rag_mcp.search.redact import redact, redact_id, redact_label
 from rag_mcp.search.redact.ids import is_masked, unmask_path
@@ -42,6 +43,13 @@ class SpanResult:
         description="Cut at the byte budget; a '[truncated]' line marks it")]
     redactions: Annotated[int, Field(description="Secrets replaced by [REDACTED:<kind>]")]
     repo: Annotated[str, Field(description="The repository the span was read from")]
+    page_id: Annotated[str | None, Field(description="DokuWiki page ID of a wiki page")] = None
+    anchor: Annotated[str | None, Field(
+        description="The section's anchor on its published page")] = None
+    page: Annotated[int | None, Field(description="PDF page number, 1-based")] = None
+    url: Annotated[str | None, Field(
+        description="Web address of the page and section, when the wiki or docs site URL is "
+                    "configured")] = None
 
 
 def find_span(repos: Sequence[Repo], span_id: object, repo: str | Sequence[str] | None = None,
@@ -177,6 +185,7 @@ def _result(repo: Repo, span_id: str, real_id: str, sp: Span, result: SpanText,
     text, truncated = cap_text(text, max_bytes or repo.settings.max_bytes)
     # ID and path as shown: a secret in a file name is masked (redact.ids finds them again).
     shown_id = redact_id(result.id)
+    at = where(repo.settings, sp)
     return SpanResult(
         id=shown_id, requested_id=redact_id(span_id), path=redact_label(sp.path) or sp.path,
         start_line=result.start_line,
@@ -184,4 +193,5 @@ def _result(repo: Repo, span_id: str, real_id: str, sp: Span, result: SpanText,
         symbol=redact_label(sp.symbol), heading=redact_label(sp.heading), text=text,
         context_lines=context_lines, stale=result.stale or result.id != real_id,
         truncated=truncated, redactions=sum(counts.values()), repo=repo.name,
+        page_id=at.page_id, anchor=at.anchor, page=at.page, url=at.url,
     )

@@ -8,12 +8,12 @@ import os
 import sys
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
 from rag_mcp import errors
 from rag_mcp.config import Settings
+from rag_mcp.serve.sdk import ERROR_META
 
 #: the exit status of each error code, as ``rag-index`` and the README give them
 EXIT_CODES: dict[str, int] = {cls.code: cls.exit_code for cls in (
@@ -23,9 +23,9 @@ EXIT_CODES: dict[str, int] = {cls.code: cls.exit_code for cls in (
 
 def exit_status(result: CallToolResult) -> int:
     """0 for an answer; for a refusal, the exit status of its error code."""
-    if not result.isError:
+    if not result.is_error:
         return 0
-    error = (result.structuredContent or {}).get("error")
+    error = (result.meta or {}).get(ERROR_META)
     code = error.get("code") if isinstance(error, dict) else None
     return EXIT_CODES.get(str(code), errors.Internal.exit_code)
 
@@ -52,10 +52,11 @@ def ask(settings: Settings, query: str, *, k: int = 5, include_text: bool = Fals
     params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ))
 
     async def run() -> CallToolResult:
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            init = await session.initialize()
+        async with Client(params, mode="legacy") as session:
             tools = await session.list_tools()
-            print(f"connected to {init.serverInfo.name} over stdio; tools: "
+            info = session.server_info
+            who = f"{info.name} {info.version}" if info else "the server"
+            print(f"connected to {who} over stdio ({session.protocol_version}); tools: "
                   f"{', '.join(t.name for t in tools.tools)}", file=sys.stderr)
             return await session.call_tool("rag_query", {"query": query, "k": k,
                                                          "include_text": include_text})
@@ -67,8 +68,8 @@ def ask(settings: Settings, query: str, *, k: int = 5, include_text: bool = Fals
               f"({type(exc).__name__}); its message above says why", file=sys.stderr)
         return errors.IndexUnavailable.exit_code
     text = "".join(c.text for c in result.content if isinstance(c, TextContent))
-    if result.isError:
+    if result.is_error:
         print(text, file=sys.stderr)
         return exit_status(result)
-    print(json.dumps(result.structuredContent, indent=2) if as_json else text)
+    print(json.dumps(result.structured_content, indent=2) if as_json else text)
     return 0

@@ -1,37 +1,50 @@
 """One tool call as the server makes it: the tool function in a worker thread, its result as
-text plus structured content, and one JSONL log line, whatever happens."""
+text plus structured content (and diagnostics in ``_meta``), and one JSONL log line, whatever
+happens."""
 
 from __future__ import annotations
 
 import functools
 import inspect
+import os
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import anyio
+from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, TextContent
 from pydantic import TypeAdapter
 
 from rag_mcp.errors import E_INTERNAL, RagError
 from rag_mcp.search.redact import redact
-from rag_mcp.serve.sdk import RagServer, output_model
+from rag_mcp.serve.sdk import RagServer, client_info, output_model
 from tools._base import ToolSpec
+
+#: the keyword the SDK passes the call's context as (it is not part of the input schema)
+CONTEXT_ARG = "rag_mcp_context"
+#: where a result's diagnostics travel (``ToolSpec.meta``)
+META_KEY = "rag-mcp/diagnostics"
 
 
 def tool_function(server: RagServer, spec: ToolSpec) -> Callable[..., Any]:
-    """An async function with ``spec.fn``'s signature minus ``deps``, for ``FastMCP.add_tool``:
-    FastMCP validates the arguments against that signature and takes the output schema from
-    ``spec.result``."""
+    """An async function with ``spec.fn``'s signature minus ``deps``, for ``MCPServer.add_tool``:
+    the SDK validates the arguments against that signature and takes the output schema from
+    ``spec.output`` (or ``spec.result``)."""
     sig = inspect.signature(spec.fn, eval_str=True)
     params = [p for n, p in sig.parameters.items() if n != "deps"]
-    dump = TypeAdapter(spec.result).dump_python
+    out_type = spec.output or spec.result
+    dump = TypeAdapter(out_type).dump_python
+    lean = spec.lean  # leave out fields at their defaults (None, False, empty)
 
     async def call(**kwargs: Any) -> CallToolResult:
+        ctx = kwargs.pop(CONTEXT_ARG, None)
         deps = server.deps
         assert deps is not None, "the server's dependencies are built in its lifespan"
         t0 = time.perf_counter()
-        record: dict[str, Any] = {"tool": spec.name, "client": server.client_info()}
+        # the served root(s): one log folder can be shared by servers of several repositories
+        record: dict[str, Any] = {"tool": spec.name, "client": client_info(ctx),
+                                  "root": os.pathsep.join(deps.settings.roots)}
         q = kwargs.get("query") if "query" in kwargs else kwargs.get("question")
         record.update(deps.log.query_field(q))
         try:
@@ -40,8 +53,12 @@ def tool_function(server: RagServer, spec: ToolSpec) -> Callable[..., Any]:
             text = spec.render(result)
             record.update(spec.log_fields(kwargs, result))
             record["bytes_out"] = len(text.encode("utf-8", "replace"))
+            meta = spec.meta(result)
             return CallToolResult(content=[TextContent(type="text", text=text)],
-                                  structuredContent=dump(result, mode="json"))
+                                  structured_content=dump(spec.to_output(result), mode="json",
+                                                          exclude_none=lean,
+                                                          exclude_defaults=lean),
+                                  _meta={META_KEY: meta} if meta else None)
         except RagError as exc:
             record.update(spec.log_fields(kwargs, None))
             record["error"] = exc.code
@@ -60,7 +77,10 @@ def tool_function(server: RagServer, spec: ToolSpec) -> Callable[..., Any]:
 
     call.__name__ = spec.name
     call.__doc__ = spec.fn.__doc__
-    ret = Annotated[CallToolResult, output_model(spec.result)]
-    call.__signature__ = sig.replace(parameters=params, return_annotation=ret)  # type: ignore[attr-defined]
-    call.__annotations__ = {p.name: p.annotation for p in params} | {"return": ret}
+    ret = Annotated[CallToolResult, output_model(out_type)]
+    ctx_param = inspect.Parameter(CONTEXT_ARG, inspect.Parameter.KEYWORD_ONLY, annotation=Context)
+    call.__signature__ = sig.replace(parameters=[*params, ctx_param],  # type: ignore[attr-defined]
+                                     return_annotation=ret)
+    call.__annotations__ = ({p.name: p.annotation for p in params}
+                            | {CONTEXT_ARG: Context, "return": ret})
     return call

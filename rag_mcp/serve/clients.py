@@ -69,6 +69,9 @@ CLIENTS: dict[str, Client] = {c.name: c for c in (
            "mcpServers", "Restart Claude Desktop after changing the file."),
     Client("vscode", "VS Code", "vscode.json", lambda r, h: r / ".vscode/mcp.json", "servers",
            "Then run 'MCP: List Servers' and start it, or open Copilot Chat in agent mode."),
+    Client("gemini", "Gemini CLI", "gemini.json", lambda r, h: r / ".gemini/settings.json",
+           "mcpServers", "For every project instead: ~/.gemini/settings.json. In Gemini CLI, "
+           "/mcp lists the server and its tools; `gemini mcp list` checks it from a shell."),
     Client("codex", "Codex", "codex.toml", lambda r, h: h / ".codex/config.toml", "mcp_servers",
            "Codex CLI and the IDE extension share this file; /mcp lists the servers."),
 )}

@@ -19,8 +19,9 @@ SEARCH_TIPS = """\
 - Use the words of the code: identifiers (`parse_span_id`, `HTTPError`) match exactly; a
   description of behaviour ("where are retries backed off") finds code that never names it.
 - Narrow with kind="code" or kind="doc", path="src/" or "**/*.py", language="python".
-- low_confidence means nothing cleared the threshold: rephrase with names from the code, or
-  lower tau only if you will check the result.
+- low_confidence means the best hit is weak and the repository may not answer the question:
+  rephrase with names from the code (or, for docs, the pages' own words), or lower tau only if
+  you will check the result.
 - include_text=true returns the span text at once; otherwise call rag_get_span(id), with
   context_lines for the lines around it.
 - Neighbouring spans of one file that rank together come back as one hit over their lines

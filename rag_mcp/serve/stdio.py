@@ -85,17 +85,20 @@ async def pipe_stdio(stdin_fd: int, stdout_fd: int) -> AsyncIterator[tuple[Any, 
 async def _read_lines(reader: Any, to_session: Any) -> None:
     """Send each line of ``reader`` to the session as a message, or the error parsing it."""
     from mcp.shared.message import SessionMessage
-    from mcp.types import JSONRPCMessage
+    from mcp.types import jsonrpc_message_adapter
 
     async def deliver(line: bytes) -> None:
         try:
-            message: Any = SessionMessage(JSONRPCMessage.model_validate_json(
-                line.decode("utf-8", "replace")))
-        except Exception as exc:  # the session answers or logs it, as with the SDK's transport
-            message = exc
+            message: Any = SessionMessage(jsonrpc_message_adapter.validate_json(
+                line.decode("utf-8", "replace"), by_name=False))
+        except Exception as exc:  # dropped, as by the SDK's transport (2.x answers nothing)
+            log.warning("dropped a line that is not a JSON-RPC message (%s)",
+                        str(exc).splitlines()[0][:200])
+            return
         await to_session.send(message)
 
     def too_long() -> ValueError:
+        log.warning("dropped a JSON-RPC line over %d bytes", MAX_LINE_BYTES)
         return ValueError(f"a JSON-RPC line over {MAX_LINE_BYTES} bytes was dropped")
 
     async with to_session:
@@ -124,7 +127,7 @@ async def _write_lines(writer: Any, from_session: Any) -> bool:
     """Write the session's messages, one JSON line each; True when the client closed stdout."""
     async with from_session:
         async for message in from_session:
-            data = message.message.model_dump_json(by_alias=True, exclude_none=True)
+            data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
             try:
                 writer.write(data.encode("utf-8") + b"\n")
                 await writer.drain()  # raises once the client has closed our stdout

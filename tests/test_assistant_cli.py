@@ -1,0 +1,69 @@
+"""A real assistant's own MCP health check against the configuration ``rag-mcp config`` writes:
+Claude Code's ``claude mcp list`` (from npm, pinned; it runs offline and without signing in)
+starts the server from the project's .mcp.json and reports whether it connected.
+
+Installed once into ``<repo>/.cache/claude-code``; skipped with the reason when npm is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from indexers.pipeline import run_index
+from rag_mcp.config import load_settings
+from rag_mcp.serve.__main__ import main
+from tests.conftest import SAMPLE_REPO
+
+REPO = Path(__file__).resolve().parent.parent
+PREFIX = REPO / ".cache" / "claude-code"
+CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.197"
+BIN = PREFIX / "node_modules" / ".bin" / "claude"
+HASH = "test-hash-64"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def claude() -> Path:
+    if BIN.exists():
+        return BIN
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: Claude Code (from npm) cannot run here")
+    done = subprocess.run([npm, "install", "--prefix", str(PREFIX), "--no-audit", "--no-fund",
+                           "--loglevel=error", CLAUDE_CODE], capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert done.returncode == 0 and BIN.exists(), (
+        f"npm install {CLAUDE_CODE} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return BIN
+
+
+def test_claude_code_connects_with_the_written_config(claude: Path, tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    for rel, text in SAMPLE_REPO.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text), encoding="utf-8")
+    run_index(load_settings({"root": str(root), "embed_model": HASH}))
+    assert main(["config", "--client", "claude-code", "--root", str(root), "--write"]) == 0
+    assert "rag" in json.loads((root / ".mcp.json").read_text())["mcpServers"]
+    # The user's approval of the project's server, as Claude Code records it in the project
+    # (which it finds by its git root).
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".claude").mkdir()
+    (root / ".claude" / "settings.local.json").write_text('{"enabledMcpjsonServers": ["rag"]}')
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "DISABLE_TELEMETRY": "1",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+           # the server's start is not what is tested, and the machine may be busy
+           "MCP_TIMEOUT": "120000"}
+    done = subprocess.run([str(claude), "mcp", "list"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("rag:")), "")
+    assert done.returncode == 0 and "Connected" in line and "Failed" not in line, (
+        done.stdout, done.stderr)
