@@ -16,7 +16,7 @@ import bisect
 import os
 import stat
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,10 +86,11 @@ def _matcher(settings: Settings) -> walk.IgnoreMatcher:
                               max_file_bytes=settings.max_file_bytes)
 
 
-def from_walk(settings: Settings, old: Mapping[str, FileRecord], skipped: SkippedFiles
-              ) -> ChangeSet:
+def from_walk(settings: Settings, old: Mapping[str, FileRecord], skipped: SkippedFiles,
+              on_progress: Callable[[int], None] | None = None) -> ChangeSet:
     walked = walk.walk(Path(settings.root), max_file_bytes=settings.max_file_bytes,
-                       extra_ignore=settings.ignore, index_dir=index_base(settings))
+                       extra_ignore=settings.ignore, index_dir=index_base(settings),
+                       on_progress=on_progress)
     out = ChangeSet(present=len(walked.files), skipped_paths=Counter(walked.skipped))
     diff(walked.files, old, skipped, out)
     here = {c.rel for c in walked.files}

@@ -18,7 +18,7 @@ from indexers.wiki import WikiTrees
 from rag_mcp.config import Settings
 from rag_mcp.index import documents
 from rag_mcp.index.catalog import FileRecord
-from rag_mcp.index.spans import Span, content_hash, digest, span_text
+from rag_mcp.index.spans import Span, content_hash, decode_text, digest, span_text
 
 
 @dataclass
@@ -54,7 +54,7 @@ def chunk_one(settings: Settings, c: walk.Candidate, wiki: WikiTrees | None = No
         reason = walk.check_content(c.rel, data)
         if reason:
             return Work(c, None, reason)
-        text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
+        text = decode_text(data)
         fc = chunking.chunk_file(c.rel, text, budget_chars=settings.chunk_chars,
                                  window_lines=settings.window_lines,
                                  window_overlap=settings.window_overlap,

@@ -11,6 +11,7 @@ from rag_mcp.index.spans import Chunk, split_lines
 
 # Bumped when the mapping from file to chunks changes in this module; the code and docs
 # chunkers carry their own versions.
+# 3: wiki trees, documents; 4: C++ headers, the per-file span cap, legacy encodings
 DISPATCH_VERSION = "4"
 CHUNKER_VERSION = (
     f"{code.CHUNKER_VERSION}+docs-{docs.DOCS_CHUNKER_VERSION}+dispatch-{DISPATCH_VERSION}"
@@ -37,6 +38,12 @@ OTHER_CODE_NAMES = {
     "Containerfile": "dockerfile", "CMakeLists.txt": "cmake", "Jenkinsfile": "groovy",
     "Vagrantfile": "ruby", "Procfile": "conf",
 }
+
+#: a file cut into more spans than this gets line windows instead, as many as fit under it: one
+#: 200 KB file of 10,000 one-line headings became 10,000 spans (a third of a large repository's
+#: vectors for one file, and search results crowded by it). Ordinary source stays far below:
+#: 1 MB (``index.max_file_bytes``) of 1,500-character spans is ~700.
+MAX_SPANS_PER_FILE = 1000
 
 
 CODE_NAMES = frozenset(lang.name for lang in languages.CODE_LANGUAGES)
@@ -141,6 +148,11 @@ def chunk_file(rel: str, text: str, *, budget_chars: int, window_lines: int,
                                 page_id=page_id)
     else:
         fallback = "unsupported_language"
+    if chunks is not None and len(chunks) > MAX_SPANS_PER_FILE:
+        fallback = "too_many_spans"
+        # windows start every (window - overlap) lines: step past enough lines per window
+        window_lines = max(window_lines, -(-len(lines) // MAX_SPANS_PER_FILE) + window_overlap)
+        chunks = None
     if chunks is None:
         chunks = windows.line_windows(lines, window=window_lines, overlap=window_overlap,
                                       kind=kind, reason=fallback)

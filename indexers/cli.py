@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import errno
 import gc
 import logging
+import os
+import sqlite3
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from indexers.progress import Progress
-from rag_mcp.config import Settings, load_settings
-from rag_mcp.errors import InvalidArgument, RagError
+from rag_mcp.config import Settings, find_git_root, index_base, load_settings
+from rag_mcp.errors import IndexUnavailable, InvalidArgument, RagError
+from rag_mcp.search.redact import redact_id, redact_label
 
 EPILOG = """\
 examples:
@@ -59,8 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--watch", action="store_true",
                       help="index, then keep the index fresh as files change (Ctrl-C stops)")
     ap.add_argument("--rebuild", action="store_true", help="ignore the existing index")
+    ap.add_argument("--verify", action="store_true",
+                    help="check every byte of the existing index, as a server does when it "
+                         "opens it (a run that finds nothing to update checks sizes, small "
+                         "files and the mtimes of large ones); repairs what it finds")
     ap.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress, only errors")
+    ap.add_argument("--yes", action="store_true",
+                    help="index a large folder that is no git repository without asking")
     ap.add_argument("--no-wait", action="store_true",
                     help="exit (code 75) instead of waiting when another rag-index runs")
     ap.add_argument("--config", metavar="FILE", help="a TOML file with any subset of the knobs")
@@ -140,7 +151,27 @@ def render_summary(stats: Any) -> str:
     return "\n".join(lines)
 
 
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``--spans`` row as printed: labels, previews and file names are repository text, and a
+    secret in one is masked like in the server's answers (the ID reads back there)."""
+    out = {k: redact_label(v) if k in _TEXT_FIELDS and isinstance(v, str) else v
+           for k, v in row.items()}
+    out["id"] = redact_id(row["id"])
+    return out
+
+
+_TEXT_FIELDS = frozenset({"path", "symbol", "parent", "heading", "preview"})
+
+
+def _repair(st: dict[str, Any]) -> str:
+    """The run that repairs what ``--status`` found: damage only a full check sees needs one."""
+    return f"rag-index --root {st['root']}" + (" --verify" if st.get("verified") else "")
+
+
 def render_status(st: dict[str, Any]) -> str:
+    if "stale_files" not in st:
+        return (f"Index of {st['root']}\n  DAMAGED      {st['damaged']} — run "
+                f"`{_repair(st)}` to repair it")
     stale = st["stale_files"]
     lines = [
         f"Index of {st['root']}",
@@ -159,12 +190,105 @@ def render_status(st: dict[str, Any]) -> str:
     for what in ("changed", "added", "deleted"):
         for p in st["stale"][what][:10]:
             lines.append(f"    {what:8} {p}")
+    if st.get("damaged"):
+        lines.append(f"  DAMAGED      {st['damaged']} — run `{_repair(st)}` to repair it")
     return "\n".join(lines)
+
+
+#: files in a folder that is no git repository above which rag-index asks before indexing it
+#: when no path was given (a home directory or a download folder, not a project)
+LARGE_ROOT_FILES = 20_000
+
+
+def _confirm_default_root(root: Path) -> None:
+    """No path given and the current folder is no repository: ask before indexing a huge one."""
+    if find_git_root(root) is not None:
+        return
+    n = 0
+    for _dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "node_modules"]
+        n += len(filenames)
+        if n > LARGE_ROOT_FILES:
+            break
+    if n <= LARGE_ROOT_FILES:
+        return
+    ask = (f"{root} is no git repository and holds more than {LARGE_ROOT_FILES:,} files")
+    if sys.stdin.isatty() and sys.stderr.isatty():
+        print(f"rag-index: {ask}. Index it all? [y/N] ", end="", file=sys.stderr, flush=True)
+        if sys.stdin.readline().strip().lower() in ("y", "yes"):
+            return
+    raise InvalidArgument(f"{ask}; name the folder to index (rag-index PATH), or pass --yes to "
+                          "index this one")
+
+
+def _damage(settings: Settings, verify: bool) -> str | None:
+    """The damage a plain ``rag-index`` run would find and repair (with ``verify``, all that a
+    server would refuse); None when there is none."""
+    from rag_mcp.index import generation as gen
+    from rag_mcp.index.handle import OpenIndex, quick_verify
+
+    try:
+        pointer = gen.read_pointer(settings.index_path)
+        if pointer is not None and (verify or not quick_verify(
+                pointer.dir, gen.read_manifest(pointer.dir))):
+            OpenIndex(settings, pointer).close()
+    except IndexUnavailable as exc:
+        return exc.message
+    return None
+
+
+def _under(name: str, base: Path) -> bool:
+    """Whether ``name`` is ``base``, inside it, or one of the folders leading to it."""
+    try:
+        p = Path(name).absolute()
+    except (OSError, ValueError):
+        return False
+    b = base.absolute()
+    return p == b or b in p.parents or p in b.parents
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    c: BaseException | None = exc.__cause__ or exc.__context__
+    while c is not None and len(out) < 8:
+        out.append(c)
+        c = c.__cause__ or c.__context__
+    return out
+
+
+def _storage_error(exc: BaseException, settings: Settings | None) -> RagError | None:
+    """A failure to write the index, as a coded message with the fix (None: not one)."""
+    base = index_base(settings) if settings is not None else None
+    where = str(base) if base is not None else "the index folder"
+    code = getattr(exc, "errno", None)
+    text = str(exc).lower()
+    if code in (errno.ENOSPC, errno.EDQUOT) or "disk is full" in text or (
+            "no space left" in text):
+        return IndexUnavailable(
+            f"disk full while writing the index in {where}; free some space there or put the "
+            "index on another disk with --index-dir DIR (the previous index is unchanged)")
+    if code == errno.EROFS or "readonly database" in text or "read-only file system" in text:
+        return IndexUnavailable(
+            f"{where} is on a read-only file system; write the index to a writable folder with "
+            "--index-dir DIR (rag-mcp serves an intact index from a read-only disk)")
+    if isinstance(exc, OSError) and code in (errno.EACCES, errno.EPERM, errno.ENOTDIR,
+                                              errno.ENOENT, errno.EEXIST, errno.EISDIR):
+        name = exc.filename if isinstance(exc.filename, str) else where
+        if base is not None and not _under(str(name), base):
+            return None  # not the index: a real bug, whose traceback helps
+        return InvalidArgument(
+            f"cannot write the index at {name} ({os.strerror(code or 0)}); choose a writable "
+            "folder with --index-dir DIR (or RAG_INDEX_DIR)")
+    if "unable to open database file" in text:
+        return InvalidArgument(f"cannot open the index in {where}; choose a writable folder "
+                               "with --index-dir DIR (or RAG_INDEX_DIR)")
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="rag-index: %(message)s")
+    settings: Settings | None = None
     try:
         settings = settings_from_args(args)
         several = len(settings.roots) > 1  # RAG_ROOTS or repo.roots name several repositories
@@ -175,13 +299,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.status:
             from indexers.status import index_status
 
-            st = index_status(settings)
+            damaged = _damage(settings, args.verify)
+            try:
+                st = index_status(settings)
+                st["stale"] = {k: [redact_label(p) for p in v] for k, v in st["stale"].items()}
+            except (sqlite3.DatabaseError, IndexUnavailable):
+                if damaged is None:
+                    raise
+                st = {"root": settings.root}  # too damaged to count: say what and how to fix
+            st["damaged"], st["verified"] = damaged, args.verify
             print(orjson.dumps(st).decode() if args.json else render_status(st))
             return 0
         if args.spans is not None:
             from indexers.status import list_spans
 
-            rows = list_spans(settings, args.spans or None)
+            rows = [_shown(r) for r in list_spans(settings, args.spans or None)]
             if args.json:
                 out = sys.stdout
                 for r in rows:
@@ -191,6 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     label = r["symbol"] or r["heading"] or ""
                     print(f"{r['id']}  {r['kind']:4} {r['language']:10} {label}")
             return 0
+        if not (args.root or args.path or args.yes or os.environ.get("RAG_REPO_ROOT")
+                or os.environ.get("RAG_ROOTS") or args.config):
+            _confirm_default_root(Path(settings.root))
         progress = Progress(quiet=args.quiet or args.json)
         # At exit the interpreter's last collections walk every object the run left (the model,
         # numpy, tree-sitter, tantivy): ~0.06 s of a 0.9 s one-file update. Frozen objects are
@@ -206,13 +341,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             return watch_forever(settings, progress=progress, rebuild=args.rebuild)
         for root in settings.roots:  # one index per repository, in turn
             stats = run_index(settings.for_root(root) if several else settings,
-                              rebuild=args.rebuild, wait=not args.no_wait, progress=progress)
+                              rebuild=args.rebuild, wait=not args.no_wait, progress=progress,
+                              verify=args.verify)
             if args.json:
                 print(orjson.dumps(stats.to_dict()).decode())
             elif not args.quiet:
                 print(render_summary(stats))
         return 0
+    except (OSError, sqlite3.OperationalError) as exc:
+        err = _storage_error(exc, settings)
+        if err is None:
+            raise
+        print(f"rag-index: {err.code}: {err.message}", file=sys.stderr)
+        return err.exit_code
     except RagError as exc:
+        # A store that failed to write says why only in its cause (Chroma: "database or disk
+        # is full"): name the disk's state and the fix instead.
+        cause = next((c for c in _causes(exc) if _storage_error(c, settings)), None)
+        err = _storage_error(cause, settings) if cause is not None else None
+        exc = err or exc
         print(f"rag-index: {exc.code}: {exc.message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

@@ -14,6 +14,7 @@ as it was and keeps the vectors computed so far.
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -35,6 +36,7 @@ from rag_mcp.errors import IndexUnavailable
 from rag_mcp.index import documents
 from rag_mcp.index import generation as gen
 from rag_mcp.index.catalog import Catalog
+from rag_mcp.index.handle import OpenIndex, quick_verify, verify_generation
 from rag_mcp.index.lexical import name_tokens, tokenize
 from rag_mcp.index.spans import embedding_key
 from rag_mcp.index.store import store_class
@@ -89,8 +91,10 @@ class _Run:
     def __init__(self, settings: Settings, progress: Progress, rebuild: bool,
                  embedder_factory: Callable[[], Embedder] | None,
                  paths: Collection[str] | None = None,
-                 cancel: threading.Event | None = None) -> None:
+                 cancel: threading.Event | None = None, verify: bool = False) -> None:
         self.s = settings
+        self.verify = verify
+        self.checked_fully = False  # the base generation was opened as a server would
         self.p = progress
         self.rebuild = rebuild
         self.paths = paths
@@ -113,12 +117,17 @@ class _Run:
             if pointer is None:
                 return None, None, None
             base_manifest = gen.read_manifest(pointer.dir)
+            if self.paths is None:
+                # A full run checks the base quickly first (sizes, small files' checksums, the
+                # mtimes of large ones): a run that finds nothing to update stops there. One
+                # that builds on the base opens it as a server would first (``full_check``).
+                if self.verify or not quick_verify(pointer.dir, base_manifest):
+                    OpenIndex(self.s, pointer).close()
+                    self.checked_fully = True
+            else:
+                # A watcher's small update checks the bytes it is about to copy, not the counts.
+                verify_generation(pointer.dir, base_manifest)
             catalog = Catalog(pointer.dir / gen.CATALOG, readonly=True)
-            # A watcher's small update skips this full scan of the catalog (0.1 s per run at
-            # 18k spans): the new generation is verified whole before it is published anyway.
-            if self.paths is None and catalog.counts()["spans"] != base_manifest.get("spans"):
-                catalog.close()
-                raise IndexUnavailable("catalog and manifest disagree")
             return pointer, base_manifest, catalog
         except IndexUnavailable as exc:
             self.stats.rebuilt = f"the existing index is damaged ({exc.message})"
@@ -126,6 +135,22 @@ class _Run:
         except Exception as exc:  # a garbage sqlite file raises sqlite3.DatabaseError, etc.
             self.stats.rebuilt = f"the existing index is damaged ({type(exc).__name__})"
             return None, None, None
+
+    def full_check(self, pointer: gen.Pointer) -> bool:
+        """Before building on the base: open it as a server would (checksums, graphs, the
+        counts of catalog, lexical index and vectors), since damage copied into the next
+        generation would get fresh checksums there and be served as sound. False (and said)
+        when it is damaged."""
+        if self.checked_fully or self.paths is not None:
+            return True
+        try:
+            OpenIndex(self.s, pointer).close()
+        except IndexUnavailable as exc:
+            self.stats.rebuilt = f"the existing index is damaged ({exc.message})"
+            self.p.log(f"rebuilding the index: {self.stats.rebuilt}")
+            return False
+        self.checked_fully = True
+        return True
 
     def extendable(self, pointer: gen.Pointer | None,
                    base_manifest: dict[str, Any] | None) -> bool:
@@ -152,7 +177,7 @@ class _Run:
         else:
             if self.paths is not None:
                 self.p.log("no index to update yet: indexing the whole tree")
-            cs = changes.from_walk(self.s, old, skipped)
+            cs = changes.from_walk(self.s, old, skipped, on_progress=self.p.walking)
         self.stats.walk_seconds = time.perf_counter() - t0
         self.stats.files_total = cs.present
         return cs
@@ -172,9 +197,22 @@ class _Run:
             self.published = pointer.generation if pointer is not None else None
             if not self.extendable(pointer, base_manifest):
                 base_manifest = None
-            old = (base_catalog.files() if base_manifest is not None and base_catalog is not None
-                   else {})
+            try:
+                old = (base_catalog.files()
+                       if base_manifest is not None and base_catalog is not None else {})
+            except sqlite3.DatabaseError as exc:  # a catalog the quick check vouched for
+                st.rebuilt = f"the existing index is damaged ({type(exc).__name__})"
+                self.p.log(f"rebuilding the index: {st.rebuilt}")
+                base_manifest, old = None, {}
             cs = self.find_changes(old, base_manifest)
+            if (base_manifest is not None and pointer is not None and not cs.empty
+                    and not self.full_check(pointer)):
+                # damage the quick check could not see: rebuild from nothing
+                base_manifest, old = None, {}
+                if base_catalog is not None:
+                    base_catalog.close()
+                    base_catalog = None
+                cs = self.find_changes(old, None)
             if base_manifest is not None and pointer is not None and cs.empty:
                 st.generation = pointer.generation
                 st.counts_from(base_manifest)
@@ -213,7 +251,7 @@ class _Run:
         """Apply ``cs`` to the copy of the base generation in ``tmp`` and write its manifest."""
         # Imported here, not with the module: numpy, tantivy and the stores are ~0.15 s of
         # imports that a run finding nothing to update never needs.
-        from rag_mcp.index.handle import file_checksums
+        from rag_mcp.index.handle import file_checksums, file_stats
         from rag_mcp.index.lexical import LexicalIndex
 
         self.skipped_files = dict(cs.skipped_files)
@@ -253,6 +291,7 @@ class _Run:
         # Checksums of the closed files, so a reader refuses a damaged generation before any
         # store opens it (Chroma's HNSW loader can crash the process on a bad segment file).
         record["checksums"] = file_checksums(tmp)
+        record["stats"] = file_stats(tmp, record["checksums"])
         (tmp / gen.MANIFEST).write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
 
     def vector_writer(self, tmp: Path, present: set[str],
@@ -290,6 +329,10 @@ class _Run:
     def store_file(self, w: Work, catalog: Catalog, lexical: LexicalIndex,
                    vectors: VectorWriter) -> None:
         """Store one chunked file's record and spans; its vectors go to ``vectors``."""
+        # A file counts once stored (the model is at most one pool of spans behind, so the ETA
+        # still follows it); counted only when its spans were embedded, a run whose spans fit
+        # in one pool showed "0/N files" until its end, and skipped files never counted.
+        self.p.advance(files=1, spans=len(w.spans))
         if w.record is None:
             c = w.cand
             self.skipped_files[c.rel] = (c.size, c.mtime_ns, w.skip)
@@ -302,7 +345,6 @@ class _Run:
             lexical.add(sid, tokenize(text), name_tokens(span.path, span.symbol or span.heading))
             vectors.want(key, emb)
         self.stats.spans_added += len(w.spans)
-        self.p.advance(spans=len(w.spans))
         vectors.file_stored()
 
     def commit(self, catalog: Catalog, lexical: LexicalIndex,
@@ -345,7 +387,7 @@ def run_index(settings: Settings, *, rebuild: bool = False, wait: bool = True,
               progress: Progress | None = None,
               embedder_factory: Callable[[], Embedder] | None = None,
               paths: Collection[str] | None = None,
-              cancel: threading.Event | None = None) -> RunStats:
+              cancel: threading.Event | None = None, verify: bool = False) -> RunStats:
     """Bring the index of ``settings.root`` up to date; returns what the run did.
 
     Args:
@@ -353,7 +395,9 @@ def run_index(settings: Settings, *, rebuild: bool = False, wait: bool = True,
             only they are examined. None walks the whole tree.
         cancel: set it from another thread to stop the run; it raises ``RunCancelled`` and
             publishes nothing (vectors already computed stay in the embedding cache).
+        verify: open the existing index as a server would even when nothing changed (a run
+            that finds nothing to update checks it quickly: ``quick_verify``).
     """
     run = _Run(settings, progress or Progress(quiet=True), rebuild, embedder_factory, paths,
-               cancel)
+               cancel, verify)
     return run.run(wait)

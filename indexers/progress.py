@@ -44,8 +44,28 @@ class Progress:
         print(message, file=self.stream, flush=True)
 
     def start(self, total_files: int) -> None:
+        """A new run of ``total_files`` files: counts start from zero (a watcher reuses one
+        ``Progress`` for every update; its counts ran on, "22/12 files")."""
         self.total_files = total_files
+        self.files = self.spans = self.embedded = 0
         self._start = time.monotonic()
+        self._last = None
+
+    def walking(self, found: int) -> None:
+        """The walk is listing the tree: ``found`` files so far (a huge tree takes a while,
+        and silence looked like a hang)."""
+        now = time.monotonic()
+        if self.quiet or (self._last is not None and now - self._last < self.interval):
+            return
+        self._last = now
+        text = f"walking the tree: {found:,} files found"
+        if self.tty:
+            width = shutil.get_terminal_size((100, 20)).columns
+            self.stream.write("\r" + text[: width - 1].ljust(width - 1))
+            self.stream.flush()
+            self._drawn = True
+        else:
+            print(text, file=self.stream, flush=True)
 
     def advance(self, *, files: int = 0, spans: int = 0, embedded: int = 0) -> None:
         self.files += files

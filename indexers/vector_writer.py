@@ -63,7 +63,6 @@ class VectorWriter:
         self.embedded = 0
         self.embed_seconds = 0.0
         self._fresh: list[str] = []  # pending keys added since the last ``file_stored``
-        self._waiting = 0  # files stored whose spans are still pending
 
     def open(self) -> VectorStore:
         """The store, opened on first use."""
@@ -80,7 +79,7 @@ class VectorWriter:
             self._fresh.append(key)
 
     def file_stored(self) -> None:
-        """One file's spans are stored: look their keys up, flush a full pool, count progress."""
+        """One file's spans are stored: look their keys up, flush a full pool."""
         fresh, self._fresh = self._fresh, []
         if fresh and not self.model.started and not self._shared:
             # Until the model is loading, look each new key up at once: the first one the cache
@@ -90,22 +89,12 @@ class VectorWriter:
             self._looked_up.update(got)
             if len(got) < len(fresh):
                 self.model.start()
-        self._waiting += 1
         if len(self.pending) >= EMBED_FLUSH:
             self.flush()
-        if not self.pending:
-            self._files_done()
-
-    def _files_done(self) -> None:
-        # a file counts as done once its spans are embedded: the ETA then follows the model,
-        # not the chunker running ahead of it
-        self.p.advance(files=self._waiting)
-        self._waiting = 0
 
     def drain(self) -> None:
-        """The last flush of the run; every stored file is done then."""
+        """The last flush of the run."""
         self.flush()
-        self._files_done()
 
     def flush(self) -> None:
         """Vectors for every pending key: from the cache, the store, else the model."""

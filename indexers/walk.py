@@ -19,11 +19,13 @@ counts once; nothing under it is listed):
 - files: ``secret`` (see ``secret_file_reason``), ``client_config`` (an assistant's MCP
   configuration, which ``rag-mcp config --write`` may put in the repository, and its backups:
   indexing it would report the index stale the moment it is written, and it may hold a token),
-  ``lock_file``, ``minified``, ``generated`` and ``binary_ext`` by name, ``bad_name`` (not UTF-8);
-  documents (PDF, office formats) pass, to be read or named by the pipeline
-  (``rag_mcp.index.documents``);
+  ``lock_file``, ``minified``, ``generated`` and ``binary_ext`` by name, ``bad_name`` (not UTF-8,
+  a backslash, a drive-like ``c:`` at the root: span IDs could not name it), ``long_path`` (over
+  ``MAX_PATH_LEN`` characters); documents (PDF, office formats) pass, to be read or named by the
+  pipeline (``rag_mcp.index.documents``);
 - after an lstat: ``symlink`` / ``symlink_outside`` (never followed), ``special`` (fifo, socket,
-  device), ``empty``, ``too_large``, ``unreadable``.
+  device), ``empty``, ``too_large``, ``hard_link`` (a file with other names, which the reader
+  refuses), ``unreadable``.
 Content rules run later on the bytes the pipeline reads: ``check_content``.
 """
 
@@ -41,6 +43,7 @@ from indexers.ignore_rules import Stack, encode, first_match, parse_ignore, read
 from indexers.wiki import WikiTrees
 from rag_mcp.config import find_git_root
 from rag_mcp.errors import InvalidArgument
+from rag_mcp.index.spans import MAX_PATH_LEN
 
 _DIR_REASONS = {
     **dict.fromkeys((".git", ".hg", ".svn", ".bzr"), "vcs"),
@@ -303,8 +306,15 @@ class IgnoreMatcher:
         rule = first_match(self._extra, path, is_dir) or first_match(stack, path, is_dir)
         if rule is not None and not rule.negated:
             return rule.reason
+        if "\\" in name or (rel[1:2] == ":" and "/" not in rel):
+            # span IDs are POSIX paths relative to the root: the reader refuses a backslash
+            # (a Windows separator) and "c:..." (a drive), so such a file's spans could be found
+            # but never read back
+            return "bad_name"
         if is_dir:
             return None
+        if len(rel) > MAX_PATH_LEN:  # its span IDs would be over MAX_ID_LEN
+            return "long_path"
         return secret_file_reason(rel) or client_config_reason(rel) or _name_reason(name)
 
     def _stat_reason(self, abs_path: str, st: os.stat_result) -> str | None:
@@ -317,6 +327,9 @@ class IgnoreMatcher:
             return "empty"
         if st.st_size > self.max_file_bytes:
             return "too_large"
+        if st.st_nlink > 1:
+            # the reader refuses a file with other names (one may be outside the root)
+            return "hard_link"
         # os.access costs a syscall; a world-readable file needs none (ACLs aside: the pipeline
         # still copes with a failed read).
         if st.st_mode & 0o444 != 0o444 and not os.access(abs_path, os.R_OK):
@@ -374,10 +387,12 @@ class IgnoreMatcher:
 
 def walk(root: Path, *, max_file_bytes: int = 1_000_000, extra_ignore: Sequence[str] = (),
          index_dir: Path | None = None,
-         on_skip: Callable[[str, str], None] | None = None) -> WalkResult:
+         on_skip: Callable[[str, str], None] | None = None,
+         on_progress: Callable[[int], None] | None = None) -> WalkResult:
     """List the files under ``root`` that pass the path rules, pruning skipped directories.
 
-    Stats every entry, reads only ignore files. ``on_skip(rel, reason)`` sees every skip.
+    Stats every entry, reads only ignore files. ``on_skip(rel, reason)`` sees every skip;
+    ``on_progress(files found so far)`` is called after each directory.
     """
     if not os.path.isdir(root):
         raise InvalidArgument(f"repository root {root} is not a directory; pass an existing folder")
@@ -425,5 +440,7 @@ def walk(root: Path, *, max_file_bytes: int = 1_000_000, extra_ignore: Sequence[
                 skip(rel, reason)
             else:
                 result.files.append(Candidate(rel, Path(e.path), st.st_size, st.st_mtime_ns))
+        if on_progress is not None:
+            on_progress(len(result.files))
     result.files.sort(key=lambda c: c.rel)
     return result

@@ -137,6 +137,8 @@ class Settings:
                                                           "RAG_HTTP_ALLOWED_ORIGINS")]
     http_max_body: Annotated[int, Knob("http.max_body_bytes", "RAG_HTTP_MAX_BODY",
                                        lo=1024, hi=1 << 30)]
+    http_trusted_proxies: Annotated[tuple[str, ...], Knob("http.trusted_proxies",
+                                                          "RAG_HTTP_TRUSTED_PROXIES")]
     url_template: Annotated[str, Knob("http.url_template", "RAG_URL_TEMPLATE")]
     # [watch]
     watch_debounce_ms: Annotated[int, Knob("watch.debounce_ms", "RAG_WATCH_DEBOUNCE_MS",

@@ -38,6 +38,8 @@ class Deps:
     llm: LocalLLM | None
     started: float = field(default_factory=time.monotonic)
     version: str = __version__
+    _warming: threading.Thread | None = field(default=None, repr=False)
+    _stop_warming: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
     def multi(self) -> bool:
@@ -64,15 +66,24 @@ class Deps:
 
         def run() -> None:
             for r in self.repos.values():
+                if self._stop_warming.is_set():
+                    return
                 try:
                     idx = r.handle.get()
                     self.models.for_manifest(idx.manifest).embed_query("warm up")
                 except Exception:  # no index yet, or a broken one: the first query will say so
                     log.debug("warm-up of %s skipped", r.name, exc_info=True)
 
-        threading.Thread(target=run, name="rag-warm-up", daemon=True).start()
+        self._warming = threading.Thread(target=run, name="rag-warm-up", daemon=True)
+        self._warming.start()
 
     def close(self) -> None:
+        # The warm-up may be inside the model runtime's native code: a process that exits under
+        # it is aborted ("terminate called without an active exception", exit 134), which is
+        # what a client closing stdin during start-up saw. Let it finish its step first.
+        self._stop_warming.set()
+        if self._warming is not None:
+            self._warming.join(timeout=120)
         for r in self.repos.values():
             r.handle.close()
 

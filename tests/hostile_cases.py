@@ -297,6 +297,15 @@ def build_secret_repo(root: Path) -> SecretRepo:
         for name in ("github_pat", "aws_access_key_id", "slack_bot", "stripe_live", "npm_token"):
             if F[name] in text:
                 planted.append((rel, name, F[name]))
+    # A token in a file name: the file stays indexed, its name is masked wherever it is shown.
+    for name, tpl in (("github_pat", "keys/{s}.txt"), ("openai_api_key", "notes/{s}.md"),
+                      ("digitalocean", "infra/do-{s}.tf")):
+        secret = F[name] if name in F else corpus.VENDORS.FORMATS[name][1]
+        kind = next(c.kind for c in corpus.CASES if c.secret == secret)
+        rel = tpl.format(s=secret)
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("# Deploy notes\n\nRotated quarterly by the release bot.\n")
+        planted.append((rel, kind, secret))
     # Credential files by name or content: never indexed, whatever they hold.
     skip_files = {
         ".env": "GITHUB_TOKEN={github_fine_grained}\n",

@@ -18,6 +18,7 @@ import pytest
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.index.spans import digest
+from rag_mcp.search.redact import MARKER_PREFIX, redact_label
 from tests import hostile_cases as hc
 from tests import hostile_io as hio
 from tests.mcp_helpers import hash_deps
@@ -48,11 +49,11 @@ def planted(tmp_path_factory: pytest.TempPathFactory, fake: FakeOllama
     return repo, s
 
 
-def test_the_plant_covers_25_kinds_in_every_kind_of_file(planted: tuple[hc.SecretRepo, Settings]
+def test_the_plant_covers_60_kinds_in_every_kind_of_file(planted: tuple[hc.SecretRepo, Settings]
                                                          ) -> None:
     repo, s = planted
     kinds = {k for _, k, _ in repo.planted}
-    assert len(kinds) >= 25
+    assert len(kinds) >= 60
     suffixes = {Path(p).suffix for p, _, _ in repo.planted}
     assert {".py", ".js", ".yaml", ".toml", ".ini", ".json", ".md", ".sh"} <= suffixes
     assert len(repo.skipped) >= 40
@@ -88,6 +89,38 @@ async def test_span_reads_leak_nothing(planted: tuple[hc.SecretRepo, Settings]) 
     assert redactions >= 30
 
 
+async def test_a_token_in_a_file_name_is_masked_and_the_masked_id_reads_back(
+        planted: tuple[hc.SecretRepo, Settings]) -> None:
+    """The file stays indexed and searchable; its ID, path, title and URL show the name masked,
+    and the masked ID works in rag_get_span, fetch and local_llm_rag_query."""
+    repo, s = planted
+    named = [p for p, _, sec in repo.planted if sec in p]
+    assert len(named) == 3
+    async with hio.session(s) as (client, _):
+        for path in named:
+            shown = redact_label(path)
+            assert shown and MARKER_PREFIX in shown
+            r = await client.call_tool("rag_query", {"query": "deploy notes rotated quarterly",
+                                                     "path": path, "tau": 0.0})
+            assert hio.answer_code(r) == "ok" and r.structuredContent is not None
+            hits = r.structuredContent["hits"]
+            assert hits and all(h["path"] == shown for h in hits), hits
+            assert not hc.leaks(hio.everything(r), repo)
+            for tool, args in (("rag_get_span", {"span_id": hits[0]["id"], "context_lines": 3}),
+                               ("fetch", {"id": hits[0]["id"]}),
+                               ("search", {"query": "deploy notes rotated quarterly"}),
+                               ("local_llm_rag_query", {"question": "what is rotated?",
+                                                        "span_ids": [hits[0]["id"]]})):
+                got = await client.call_tool(tool, args)
+                assert hio.answer_code(got) == "ok", (tool, hio.text(got))
+                assert not hc.leaks(hio.everything(got), repo), tool
+            got = await client.call_tool("rag_get_span", {"span_id": hits[0]["id"]})
+            assert got.structuredContent is not None
+            assert got.structuredContent["id"] == hits[0]["id"]
+            assert not got.structuredContent["stale"]
+            assert "Rotated quarterly" in got.structuredContent["text"]
+
+
 async def test_queries_leak_nothing(planted: tuple[hc.SecretRepo, Settings]) -> None:
     """Every planted file's spans with their text, previews and labels (path-filtered queries
     through the tool function), then queries by kind through MCP sessions."""
@@ -100,7 +133,8 @@ async def test_queries_leak_nothing(planted: tuple[hc.SecretRepo, Settings]) -> 
             words = path.replace("/", " ").replace("_", " ").replace(".", " ")
             code, out = hio.direct(deps, "rag_query", query=f"{words} token key password",
                                   path=path, include_text=True, tau=0.0, k=20)
-            assert code == "ok" and f'"path":"{path}"' in out, (path, out[:300])
+            shown = redact_label(path)  # a token in the file name is masked
+            assert code == "ok" and f'"path":"{shown}"' in out, (path, out[:300])
             leaked += [f"include_text {path}: {n}" for n in hc.leaks(out, repo)]
     finally:
         deps.close()
@@ -222,3 +256,20 @@ async def test_pasted_secrets_are_not_logged_with_hashed_queries(
             await client.call_tool("search", {"query": secret})
     logged = b"".join(p.read_bytes() for p in s2.log_path.glob("*.jsonl*"))
     assert b"query_sha256" in logged and hc.leaks(logged, repo) == []
+
+
+def test_rag_index_spans_and_status_leak_nothing(planted: tuple[hc.SecretRepo, Settings],
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``rag-index --spans`` prints IDs, labels and previews; ``--status`` names stale files."""
+    from indexers.cli import main as rag_index
+
+    repo, s = planted
+    base = ["--root", s.root, "--model", hc.HASH]
+    for extra in (["--spans"], ["--spans", "--json"], ["--status", "--json"], ["--status"]):
+        assert rag_index(base + extra) == 0
+        out = capsys.readouterr().out
+        assert out and hc.leaks(out, repo) == [], extra
+    named = next(p for p, _, sec in repo.planted if sec in p)
+    assert rag_index(base + ["--spans", named]) == 0
+    out = capsys.readouterr().out
+    assert MARKER_PREFIX in out and hc.leaks(out, repo) == []

@@ -300,6 +300,51 @@ def test_health_endpoint(sample_repo: Path, indexed: Settings) -> None:
         assert r.json()["error"] == "E_INDEX_UNAVAILABLE" and str(sample_repo) not in r.text
 
 
+def test_a_rotated_x_forwarded_for_does_not_escape_the_rate_limit(indexed: Settings) -> None:
+    """From loopback (every local process, every tunnel) a new X-Forwarded-For per attempt was
+    believed: unlimited failed-token attempts. Forwarded headers count only from proxies the
+    operator names (``http.trusted_proxies``)."""
+    s = settings_for(Path(indexed.root), http_token=TOKEN)
+    with serving(s) as url, httpx.Client(timeout=30) as c:
+        codes = [c.post(url, json=INIT, headers={
+            **MCP_HEADERS, "Authorization": "Bearer x", "X-Forwarded-For": f"203.0.113.{i}"}
+        ).status_code for i in range(rag_http.AUTH_FAILURE_BURST + 2)]
+        assert 429 in codes, codes
+    trusting = settings_for(Path(indexed.root), http_token=TOKEN,
+                            http_trusted_proxies="127.0.0.1")
+    with serving(trusting) as url, httpx.Client(timeout=30) as c:
+        codes = [c.post(url, json=INIT, headers={
+            **MCP_HEADERS, "Authorization": "Bearer x", "X-Forwarded-For": f"203.0.113.{i}"}
+        ).status_code for i in range(rag_http.AUTH_FAILURE_BURST + 2)]
+        assert set(codes) == {401}, codes  # a named proxy's clients are told apart
+
+
+def test_a_new_client_gets_in_when_idle_sessions_fill_the_cap(
+        indexed: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``initialize`` calls that never came back filled the session cap, and every new client
+    got 503 until the SDK's 30-minute idle timeout: the least recently used idle session now
+    makes room; a session in use is kept."""
+    monkeypatch.setattr(rag_http, "MAX_SESSIONS", 4)
+    with serving(indexed) as url, httpx.Client(timeout=30) as c:
+        idle = []
+        for _ in range(4):
+            r = c.post(url, json=INIT, headers=MCP_HEADERS)
+            assert r.status_code == 200
+            idle.append(r.headers["mcp-session-id"])
+
+        async def newcomers() -> None:
+            async with session_at(url) as first:  # in use while the next one arrives
+                async with session_at(url) as second:
+                    assert not (await second.call_tool("rag_health", {})).is_error
+                assert not (await first.call_tool("rag_health", {})).is_error
+
+        anyio.run(newcomers)
+        ping = {"jsonrpc": "2.0", "id": 9, "method": "ping"}
+        ended = [c.post(url, json=ping, headers={**MCP_HEADERS, "mcp-session-id": sid}
+                        ).status_code for sid in idle]
+        assert ended[:2] == [404, 404], ended  # the two least recently used made room
+
+
 def test_rate_limiter_buckets() -> None:
     now = [0.0]
     rl = guard.RateLimiter(3, 1.0, max_keys=2, clock=lambda: now[0])

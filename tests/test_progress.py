@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
+from indexers.pipeline import run_index
 from indexers.progress import Progress, fmt_duration
+from rag_mcp.config import load_settings
+from rag_mcp.embed.fake import HASH_MODEL
+from tests.repo_helpers import write_repo
 
 
 def test_fmt_duration() -> None:
@@ -54,3 +59,45 @@ def test_terminal_bar_is_redrawn_in_place_and_cleared() -> None:
     assert drawn.startswith("\r") and "\n" not in drawn and " 50% " in drawn
     p.finish()
     assert out.getvalue().endswith("\r")  # the bar line is blanked for the summary
+
+
+def test_each_run_counts_from_zero() -> None:
+    """A watcher reuses one Progress for every update: its counts ran on ("22/12 files")."""
+    out = io.StringIO()
+    p = Progress(out, tty=False, interval=0.0)
+    p.start(12)
+    p.advance(files=12, spans=30, embedded=30)
+    p.start(3)
+    p.advance(files=1, spans=2)
+    assert out.getvalue().splitlines()[-1].startswith("indexing: 1/3 files · 2 spans (0 ")
+
+
+def test_walking_is_shown_and_throttled() -> None:
+    out = io.StringIO()
+    p = Progress(out, tty=False, interval=3600.0)
+    p.walking(0)
+    p.walking(5_000)  # within the interval: not drawn
+    assert out.getvalue().splitlines() == ["walking the tree: 0 files found"]
+    p.start(5_000)
+    p.advance(files=1)  # the run's first line is drawn at once after the walk's
+    assert out.getvalue().splitlines()[-1].startswith("indexing: 1/5,000 files")
+    quiet = Progress(out, quiet=True, tty=False, interval=0.0)
+    quiet.walking(7)
+    assert "7 files" not in out.getvalue()
+
+
+def test_an_index_run_reports_walking_and_files_as_they_are_stored(tmp_path: Path) -> None:
+    """A run whose spans fit in one embedding pool showed "0/N files" until its end: files
+    count once stored, skipped ones included, and the walk reports what it found."""
+    root = tmp_path / "repo"
+    write_repo(root, 6, 0)
+    (root / "empty_after_read.md").write_bytes(b"\x00\x01binary")
+    out = io.StringIO()
+    s = load_settings({"root": str(root), "embed_model": HASH_MODEL,
+                       "index_dir": str(tmp_path / "index")})
+    run_index(s, progress=Progress(out, tty=False, interval=0.0))
+    lines = out.getvalue().splitlines()
+    assert any(line.startswith("walking the tree: ") for line in lines)
+    counts = [line.split(" files")[0].removeprefix("indexing: ") for line in lines
+              if line.startswith("indexing: ")]
+    assert counts[0] == "1/7" and counts[-1] == "7/7", counts

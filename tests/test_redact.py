@@ -33,7 +33,7 @@ FORMAT_TOKENS = sorted({(c.kind, c.secret) for c in CASES if c.syntax == "python
 
 
 def test_corpus_covers_the_kinds_and_syntaxes_we_promise():
-    assert len(corpus.KINDS) >= 25
+    assert len(corpus.KINDS) >= 60
     assert {"aws_access_key_id", "aws_secret_access_key", "aws_session_token",
             "gcp_service_account_key", "google_api_key", "google_oauth_client_secret",
             "azure_storage_key", "azure_sas_token", "azure_client_secret", "github_pat",
@@ -142,6 +142,31 @@ def test_joke_passwords_are_still_passwords():
     assert redact('password = "hunter2"')[0] == 'password = "[REDACTED:password]"'
 
 
+@pytest.mark.parametrize("text", [
+    'password = "password123"', '"password": "P@55w0rd!"', 'DB_PASSWORD = "S3cr3tPassw0rd"',
+    "https://jo%40email.com:a%20secret@example.com/", 'password = "testing-2024!"',
+    '"passphrase": "AB1C2defGHijkLMNo3PqQRstUvwxyzaBCDEfghh4ijklMN5opqrStuVWxyzA"',
+    "api_token = 'test_9fK2mQ8xL4pZ7wR1vB6nC3sD5tY0hJ'",
+    'SECRET = "my-secret-8f3k2m9q4x7z1w5v"',
+])
+def test_an_example_looking_value_where_a_credential_goes_is_a_secret(text):
+    # A value cannot prove it is a sample: "S3cr3tPassw0rd", "password123", "test_..." and
+    # typed-in sequences are redacted like any other literal in a credential's place.
+    out, counts = redact(text)
+    assert sum(counts.values()) == 1 and "[REDACTED:" in out
+
+
+@pytest.mark.parametrize("text", [
+    'password = "password"', "password: PASSWORD", 'token = "TOKEN"', 'password = "${DB_PASS}"',
+    "password = '%(password)s'", "--password <password>", "mysql -u root -p$MYSQL_PWD",
+    'api_key = "<your-api-key>"', "DB_PASSWORD=changeme", 'password: "****"',
+    "postgres://user:{password}@localhost/app", "sshpass -p \"$SSHPASS\" ssh host",
+    "curl -u $USER:$TOKEN https://x.test", "openssl rsa -passin env:KEY_PASS -in k.pem",
+])
+def test_references_templates_and_slot_names_are_not_values(text):
+    assert find_secrets(text) == [], text
+
+
 def test_stripe_test_keys_are_secrets_and_publishable_keys_are_not():
     assert redact(f"key = '{F['stripe_test']}'")[0] == "key = '[REDACTED:stripe_key]'"
     publishable = "STRIPE_PUBLISHABLE_KEY=pk_live_" + F["stripe_live"][10:60]
@@ -175,7 +200,6 @@ NEGATIVES = [
     'secret: "{{ secret }}"',
     'password = "****"',
     'password: "password"',
-    'password = "password123"',
     'api_key = "test-api-key"',
     'token = "dummy-token-for-tests"',
     'secret = "my-example-secret-value"',
@@ -225,7 +249,6 @@ NEGATIVES = [
     'url = f"postgresql://{user}:{password}@{host}/{db}"',
     'dsn = "%s://%s:%s@%s/%s" % (scheme, user, pw, host, db)',
     "redis://localhost:6379/0  https://example.com:8443/path?a=b",
-    "https://jo%40email.com:a%20secret@example.com/",
     "MultiHostUrl('https://foo.com:123,foo:bar@bar.com/path')",
     ".. _'RFC6749#Token': https://tools.ietf.org/html/rfc6749#section-3.2",
     "AKIAXXXXXXXXXXXXXXXX ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n"
@@ -248,8 +271,6 @@ NEGATIVES = [
     '"AWS::SecretsManager::Secret": "c85175a4ebcce361",',
     'publicKeyToken="1fc8b3b9a1e18e3b"',
     "key_id = 'AKIAIOSFODNN7EXAMPLE'\nsecret = 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY'",
-    '"password": "P@55w0rd!"',
-    '"passphrase": "AB1C2defGHijkLMNo3PqQRstUvwxyzaBCDEfghh4ijklMN5opqrStuVWxyzA"',
     'TOKEN: Final = r"[!#$%&\'*+\\-.^_`|~0-9A-Za-z]{1,}"',
     '"PurchaseToken": "eyJ2IjoiMSIsInMiOjEsImMiOi..."',
     'otp_seed = "JBSWY3DPEHPK3PXPAKIAJBSWY3DPEHPK3PXQ"',  # "AKIA" inside a longer word
@@ -258,6 +279,14 @@ NEGATIVES = [
     "Tutorial level: Basic Tm90QUNyZWRlbnRpYWw6eDF5MnozcTk=",  # "Basic" + base64, no header
     "payload_sig=q3Rk8vN2pL5xW9zB4cF7hJ1mT6yD0sA8eG3uK5iO2wE=",  # "sig=" outside a URL query
     '"encryptionKey": "arn:aws:kms:us-west-2:417498243647:key/c9fe2447-0795-4fda-af42-17ec6f1"',
+    # Seen on the evaluation corpora while widening the rules: IPv6 addresses are no .pgpass
+    # line, a link after "Authorization" is no header value, doc-comment types, hashes and
+    # variable names are no passwords.
+    'r.SetTrustedProxies([]string{"gggg:0000:0000:1234:abcd:ffff:c0a8:0101"})',
+    '"d329:0:25b4:db47:a9d1:0:4926:0000"',
+    ".. _'RFC6749#Authorization': https://tools.ietf.org/html/rfc6749#section-3.1",
+    " *     password: string|null", '"hashed_password": "fakehashedsecret"',
+    'password = "db_password"', "PASSWORD=DB_PASSWORD",
     '"privateKey": "-----BEGIN RSA PRIVATE KEY-----\\nEXAMPLEBAAKCAQEA+AD3qeU2toBEXAMPLE'
     'xjKlvQ2HbB4Pdc6YSa/tPi1dTKRpqyRgHa7crqGwTvOhb2mmcnhHy3kELR+j4r\\n'
     '-----END RSA PRIVATE KEY-----"',
@@ -289,6 +318,24 @@ def test_own_sources_have_no_secrets():
     "a_" * 50_000 + "password = 'x1234567'",
     ("1234567890:AA" + "a" * 33 + " ") * 1000,
     "-" * 50_000,
+    "curl " * 20_000 + " -u a:b",
+    "curl -u " * 20_000,
+    "?api_key=" * 20_000,
+    "&a=" * 30_000,
+    "Authorization: " * 10_000,
+    "X-Api-Key: " * 10_000 + "a1" * 100,
+    "x-" * 50_000 + "key: " + "a1" * 20,
+    "aws " * 20_000 + "Ab1/" * 10_000,
+    "a:1:b:c:" * 20_000,
+    "password is " * 20_000,
+    "-us1" * 30_000,
+    "Private-Lines: 9\n" * 10_000,
+    "Private-MAC: " * 10_000 + "QUJD\n" * 10_000,
+    "://a:b@" * 20_000,
+    "://u:" + "@" * 100_000,
+    "mysql -p" * 20_000,
+    "--a-" * 30_000 + "password x1234567",
+    " --password " * 20_000,
 ])
 def test_adversarial_input_never_hangs(text):
     # A liveness guard, not a speed target (bench/safety/redaction_fp.py measures speed): each of

@@ -18,6 +18,7 @@ from pydantic import Field
 
 from rag_mcp.deps import Deps
 from rag_mcp.index.spans import MAX_ID_LEN
+from rag_mcp.search.redact import redact_id
 from rag_mcp.search.repos import MAX_NAME, qualify, split_qualified
 from tools._base import ToolSpec
 from tools.search import span_title, span_url
@@ -60,9 +61,9 @@ def fetch(
             "page": str(r.page) if r.page else ""}
     if deps.multi:
         meta["repo"] = r.repo
-    if r.id != span_id:
+    if r.id != redact_id(span_id):  # IDs come back with a secret in the path masked
         meta["current_id"] = qualify(r.repo, r.id) if deps.multi else r.id
-    return FetchResult(id=id, title=span_title(r.path, r.start_line, r.end_line,
+    return FetchResult(id=redact_id(id), title=span_title(r.path, r.start_line, r.end_line,
                                                r.symbol or r.heading),
                        text=r.text, url=r.url or span_url(deps.repos[r.repo].settings, r.path,
                                                  r.start_line, r.end_line),

@@ -192,8 +192,20 @@ def study_secrets(work: Path, args: argparse.Namespace) -> str:
                           "vault. Ask ops.", "Loads settings; the default token is"):
                     p = await client.get_prompt("explain_code", {"question": q})
                     count("explain_code prompt", orjson.dumps(p.model_dump(mode="json")))
+                # A token in a file name: the masked ID it is shown under reads back.
+                for path in [p for p, _, sec in repo.planted if sec in p]:
+                    r = await client.call_tool("rag_query", {"query": "deploy notes",
+                                                             "path": path, "tau": 0.0})
+                    count("masked IDs read back", hio.everything(r))
+                    for h in (r.structuredContent or {}).get("hits", []):
+                        got = await client.call_tool("rag_get_span", {"span_id": h["id"]})
+                        count("masked IDs read back", hio.everything(got))
 
         anyio.run(run)
+        for extra in (["--spans", "--json"], ["--status", "--json"]):
+            out = rag_index(repo.root, cli_env(work), *extra).stdout
+            calls["rag-index " + extra[0]] = out.count("\n")
+            leaks["rag-index " + extra[0]] = len(hc.leaks(out, repo))
         calls["local LLM prompt"] = len(fake.prompts()) // 2
         leaks["local LLM prompt"] = len(hc.leaks(fake.raw_bodies(), repo))
     logged = b"".join(p.read_bytes() for p in (work / "logs").glob("*.jsonl*"))
@@ -223,11 +235,14 @@ def false_redactions(work: Path) -> str:
     (work / "redaction_fp.md").write_text(out)
     rows = {r.split("|")[1].strip(): [c.strip() for c in r.split("|")[2:-1]]
             for r in out.splitlines() if r.startswith("| ") and r.count("|") == 7}
-    own, total = rows.get("rag-mcp"), rows.get("**total**")
+    own, kit, total = rows.get("rag-mcp"), rows.get("**evaluation kit**"), rows.get("**total**")
     if not own or not total:
         return "the script printed no table (see bench/.work/hostile/secrets/redaction_fp.md)"
     return (f"{own[2]} redactions in {own[1]} lines of the rag-mcp tree ({own[4]} per 10k "
-            f"lines); {total[2]} in {total[1]} lines of it plus 13 libraries ({total[4]} per "
+            "lines)" + (f"; {kit[2]} in {kit[1]} lines of the evaluation kit's corpora (the 26 "
+                        f"semble repositories, SWE-bench Lite, docs, docstring and CoSQA sets; "
+                        f"{kit[4]} per 10k lines)" if kit else "")
+            + f"; {total[2]} in {total[1]} lines of all of it plus 13 libraries ({total[4]} per "
             "10k lines; target ≤ 1)")
 
 

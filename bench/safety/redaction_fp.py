@@ -1,11 +1,14 @@
 """Count redactions on real source trees: every one in library code is a false-positive suspect.
 
-Scans the rag-mcp tree itself and the sources of installed libraries, cut into ~10 KB spans the
-way the server returns them, and prints markdown to stdout: lines scanned, redactions by kind,
-redactions per 10,000 lines, each hit in non-test code (so a person can judge it) and a sample
-of hits in test code (fake keys there are expected), plus the redaction speed in µs per KB.
+Scans the rag-mcp tree itself, the evaluation kit's corpora (``../shared/eval``: the 26
+semble repositories, the docs, docstring, CoSQA and SWE-bench Lite sets) and the sources of
+installed libraries, cut into ~10 KB spans the way the server returns them, and prints markdown
+to stdout: lines scanned, redactions by kind, redactions per 10,000 lines, each hit in non-test
+code (so a person can judge it) and a sample of hits in test code (fake keys there are
+expected), plus the redaction speed in µs per KB.
 
-    .venv/bin/python -m bench.safety.redaction_fp [--lib NAME ...] [--tree DIR ...] [--samples N]
+    .venv/bin/python -m bench.safety.redaction_fp [--lib NAME ...] [--tree DIR ...] [--no-eval]
+        [--samples N]
 """
 
 from __future__ import annotations
@@ -13,22 +16,27 @@ from __future__ import annotations
 import argparse
 import sys
 import sysconfig
+import tarfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench._report import ROOT, machine, md_table
+from rag_mcp.index.spans import is_test_path as product_test_path
 from rag_mcp.search.redact import find_secrets, redact
 
 DEFAULT_LIBS = ("requests", "click", "urllib3", "pydantic", "starlette", "httpx", "aiohttp",
                 "oauthlib", "jwt", "mcp", "huggingface_hub", "chromadb", "transformers")
 SUFFIXES = {".py", ".pyi", ".md", ".rst", ".txt", ".json", ".yaml", ".yml", ".toml", ".cfg",
             ".ini", ".env", ".sh", ".scm", ".lock", ".html", ".js", ".mjs", ".cjs", ".jsx", ".ts",
-            ".tsx", ".c", ".h", ".cc", ".cpp", ".hpp", ".go", ".rs", ".java", ".rb", ".php"}
+            ".tsx", ".c", ".h", ".cc", ".cpp", ".hpp", ".go", ".rs", ".java", ".rb", ".php", ".cs",
+            ".bats", ".mdx", ".kt", ".swift", ".scala", ".cxx", ".hh", ".ipp", ".rake"}
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache",
              ".ruff_cache", ".pytest_cache", ".hypothesis", ".work"}
 SPAN_BYTES = 10_000
+WORK = ROOT / "bench" / ".work" / "redaction_fp"
+EVAL_LABELS = ("semble/", "swebench", "eval-")
 MAX_FILE_BYTES = 2_000_000
 
 
@@ -43,9 +51,7 @@ class Hit:
 
 def is_test_path(rel: Path) -> bool:
     """Test code holds fake keys on purpose: its hits are reported apart."""
-    name = rel.name
-    return (bool(set(rel.parts) & {"tests", "test", "testing", "fixtures"})
-            or name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py")
+    return bool(set(rel.parts) & {"fixtures", "testdata"}) or product_test_path(rel.as_posix())
 
 
 def source_files(root: Path, exclude: tuple[Path, ...] = ()) -> list[Path]:
@@ -57,6 +63,37 @@ def source_files(root: Path, exclude: tuple[Path, ...] = ()) -> list[Path]:
             continue
         if path.is_file() and path.suffix in SUFFIXES and path.stat().st_size <= MAX_FILE_BYTES:
             out.append(path)
+    return out
+
+
+def shared_eval() -> Path | None:
+    """../shared/eval beside the checkout (or beside the folder of git worktrees)."""
+    for base in (ROOT.parent, ROOT.parent.parent):
+        if (base / "shared" / "eval").is_dir():
+            return base / "shared" / "eval"
+    return None
+
+
+def eval_trees() -> list[tuple[str, Path]]:
+    """The kit's corpora as (label, root); the tarred ones unpacked once under bench/.work."""
+    kit = shared_eval()
+    if kit is None:
+        return []
+    out: list[tuple[str, Path]] = []
+    for name, tar in (("semble", kit / "semble" / "repos.tar.xz"),
+                      ("swebench", kit / "sets" / "swebench_lite.tar.xz")):
+        dest = WORK / name
+        if not dest.is_dir() and tar.is_file():
+            dest.mkdir(parents=True)
+            with tarfile.open(tar) as tf:
+                tf.extractall(dest, filter="data")
+        if name == "semble":
+            out += [(f"semble/{p.name}", p) for p in sorted(dest.iterdir()) if p.is_dir()]
+        else:
+            out.append((name, dest))
+    for name in ("docs", "docstring", "cosqa"):
+        if (kit / "sets" / name / "corpus").is_dir():
+            out.append((f"eval-{name}", kit / "sets" / name / "corpus"))
     return out
 
 
@@ -110,12 +147,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", action="append", help="library under site-packages (repeatable)")
     ap.add_argument("--tree", action="append", default=[], help="any other source tree")
+    ap.add_argument("--no-eval", action="store_true", help="skip ../shared/eval's corpora")
     ap.add_argument("--samples", type=int, default=5, help="test-code samples shown per kind")
     args = ap.parse_args(argv)
     site = Path(sysconfig.get_paths()["purelib"])
     trees = [("rag-mcp", ROOT, source_files(ROOT, (ROOT / "tests/fixtures/secrets",)))]
     trees += [(lib, site / lib, source_files(site / lib)) for lib in (args.lib or DEFAULT_LIBS)
               if (site / lib).is_dir()]
+    if not args.no_eval:
+        trees += [(label, root, source_files(root)) for label, root in eval_trees()]
     trees += [(Path(t).name, Path(t), source_files(Path(t))) for t in args.tree]
 
     rows: list[list[object]] = []
@@ -134,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         all_hits += hits
     src_hits = [h for h in all_hits if not h.in_tests]
     test_hits = [h for h in all_hits if h.in_tests]
+    kit = [r for r in rows if str(r[0]).startswith(EVAL_LABELS)]
+    if kit:
+        k_lines, k_src = sum(int(r[2]) for r in kit), sum(int(r[3]) for r in kit)
+        rows.append(["**evaluation kit**", sum(int(r[1]) for r in kit), k_lines, k_src,
+                     sum(int(r[4]) for r in kit), f"{k_src * 10_000 / max(k_lines, 1):.3f}"])
     rows.append(["**total**", tot_files, tot_lines, len(src_hits), len(test_hits),
                  f"{len(src_hits) * 10_000 / max(tot_lines, 1):.3f}"])
 

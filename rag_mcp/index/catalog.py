@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
+from rag_mcp.errors import IndexUnavailable
 from rag_mcp.index.spans import Span
 
 SCHEMA = """
@@ -98,15 +100,52 @@ def _row_to_span(row: tuple, chunker_version: str) -> SpanRow:
     return SpanRow(sid, span, emb_key)
 
 
+class _Rows:
+    """A cursor's rows, fetched at once so a damaged page raises where it is caught."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        self._rows = rows
+
+    def fetchone(self) -> Any:
+        return self._rows[0] if self._rows else None
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._rows)
+
+
+class _Guarded:
+    """A read-only connection whose damage is ``IndexUnavailable`` with the fix: a catalog
+    damaged under a running server answered E_INTERNAL until the server was restarted."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+        self._db = db
+        self._path = path
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> _Rows:
+        try:
+            return _Rows(self._db.execute(sql, params).fetchall())
+        except sqlite3.DatabaseError as exc:
+            raise IndexUnavailable(
+                f"the catalog of {self._path.parent.name} is damaged ({exc}); run `rag-index` "
+                "on the repository to repair it") from exc
+
+    def close(self) -> None:
+        self._db.close()
+
+
 class Catalog:
     """Access to one generation's ``spans.sqlite``; thread-safe for readers."""
 
     def __init__(self, path: Path, *, readonly: bool) -> None:
         self.path = path
+        self._db: Any
         if readonly:
             # immutable=1: a published generation never changes, so SQLite may skip locking.
             uri = f"file:{path}?mode=ro&immutable=1"
-            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            self._db = _Guarded(sqlite3.connect(uri, uri=True, check_same_thread=False), path)
         else:
             self._db = sqlite3.connect(str(path), check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=DELETE")

@@ -29,6 +29,7 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,12 +61,33 @@ class Pointer:
     stamp: tuple[int, int]  # (inode, mtime_ns) of CURRENT when read
 
 
+#: CURRENT and a manifest are small JSON files; anything longer is damage (or /dev/zero)
+MAX_POINTER_BYTES = 4096
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+
+
+def read_small(path: Path, limit: int) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file of at most ``limit`` bytes: never blocks on a FIFO, never
+    follows a symlink (to /dev/zero, say), never reads without end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "not a regular file", str(path))
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ValueError(f"{path.name} is larger than {limit:,} bytes")
+    return data, st
+
+
 def read_pointer(base: Path) -> Pointer | None:
     """The generation CURRENT names, or None when there is no index yet."""
     cur = base / CURRENT
     try:
-        st = cur.stat()
-        data = orjson.loads(cur.read_bytes())
+        raw, st = read_small(cur, MAX_POINTER_BYTES)
+        data = orjson.loads(raw)
         n = int(data["generation"])
         name = str(data["dir"])
     except FileNotFoundError:
@@ -79,6 +101,20 @@ def read_pointer(base: Path) -> Pointer | None:
     return Pointer(n, base / name, (st.st_ino, st.st_mtime_ns))
 
 
+def clear_non_file(path: Path) -> None:
+    """Remove whatever stands where the regular file ``path`` belongs (a directory, a FIFO, a
+    symlink): damage that needs no manual deletion. Call only while holding the writer lock, or
+    for the lock file itself."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    elif not stat.S_ISREG(st.st_mode):
+        path.unlink()
+
+
 def pointer_stamp(base: Path) -> tuple[int, int] | None:
     try:
         st = (base / CURRENT).stat()
@@ -89,7 +125,7 @@ def pointer_stamp(base: Path) -> tuple[int, int] | None:
 
 def read_manifest(gen_dir: Path) -> dict[str, Any]:
     try:
-        data = orjson.loads((gen_dir / MANIFEST).read_bytes())
+        data = orjson.loads(read_small(gen_dir / MANIFEST, MAX_MANIFEST_BYTES)[0])
     except FileNotFoundError:
         raise IndexUnavailable(f"the index generation {gen_dir.name} has no manifest") from None
     except (OSError, ValueError) as exc:
@@ -114,6 +150,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def write_json_atomic(path: Path, data: object) -> None:
+    clear_non_file(path)  # a directory or FIFO in its place would fail the rename
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as fh:
         fh.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
@@ -151,7 +188,8 @@ class WriterLock:
 
     def acquire(self, *, wait: bool, on_wait: Any = None) -> None:
         self.base.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.base / self.name, os.O_RDWR | os.O_CREAT, 0o644)
+        clear_non_file(self.base / self.name)  # a directory there needs no manual deletion
+        fd = os.open(self.base / self.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

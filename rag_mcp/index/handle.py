@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -61,21 +64,74 @@ def file_checksums(gen_dir: Path) -> dict[str, str]:
     return out
 
 
+def file_stats(gen_dir: Path, checksums: dict[str, str]) -> dict[str, list[int]]:
+    """``[size, mtime_ns]`` of each sha256-checksummed file of a generation, recorded in the
+    manifest beside ``checksums``: ``quick_verify`` hashes a large file only when they differ."""
+    out: dict[str, list[int]] = {}
+    for rel, want in checksums.items():
+        if not want.startswith("size:"):
+            st = (gen_dir / rel).stat()
+            out[rel] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def _missing(gen_dir: Path, rel: str) -> IndexUnavailable:
+    return IndexUnavailable(f"generation {gen_dir.name} is damaged: {rel} is missing")
+
+
+def _changed(gen_dir: Path, rel: str) -> IndexUnavailable:
+    return IndexUnavailable(f"generation {gen_dir.name} is damaged: {rel} changed since it was "
+                            "written")
+
+
 def verify_checksums(gen_dir: Path, manifest: dict[str, Any]) -> None:
     """Raise ``IndexUnavailable`` naming the first file that is missing or not as published."""
     recorded = manifest.get("checksums")
     if not isinstance(recorded, dict):
         return  # written before checksums were recorded: the count checks still apply
     for rel, want in sorted(recorded.items()):
+        try:
+            got = _fingerprint(gen_dir / rel)
+        except FileNotFoundError:
+            raise _missing(gen_dir, rel) from None
+        if got != want:
+            raise _changed(gen_dir, rel)
+
+
+#: ``quick_verify`` hashes files up to this size every time; a larger one only when its size or
+#: modification time is not what the writer recorded
+QUICK_HASH_BYTES = 1 << 20
+
+
+def quick_verify(gen_dir: Path, manifest: dict[str, Any]) -> bool:
+    """The check of a ``rag-index`` run that finds nothing to update: every file present with
+    its recorded size, small files hashed, a large one hashed only when its size or mtime
+    moved (damage written to a file moves its mtime), small HNSW graphs checked as
+    ``check_graphs`` does. On a 300k-line repository it takes milliseconds where
+    ``verify_generation`` reads every byte and opens every store (docs/BENCHMARKS.md). What it
+    cannot see (bit rot, or damage with its mtime put back) ``rag-index --verify`` and every
+    server start still find. Raises ``IndexUnavailable`` on damage; False when the manifest
+    predates recorded stats (then verify fully)."""
+    recorded, stats = manifest.get("checksums"), manifest.get("stats")
+    if not isinstance(recorded, dict) or not isinstance(stats, dict):
+        return False
+    for rel, want in sorted(recorded.items()):
         path = gen_dir / rel
         try:
-            got = _fingerprint(path)
+            st = path.stat()
+            if want.startswith("size:"):
+                ok = want == f"size:{st.st_size}"
+            elif st.st_size > QUICK_HASH_BYTES and stats.get(rel) == [st.st_size,
+                                                                      st.st_mtime_ns]:
+                ok = True
+            else:
+                ok = _fingerprint(path) == want
         except FileNotFoundError:
-            raise IndexUnavailable(f"generation {gen_dir.name} is damaged: {rel} is missing"
-                                   ) from None
-        if got != want:
-            raise IndexUnavailable(f"generation {gen_dir.name} is damaged: {rel} changed since "
-                                   "it was written")
+            raise _missing(gen_dir, rel) from None
+        if not ok:
+            raise _changed(gen_dir, rel)
+    check_graphs(gen_dir, max_bytes=QUICK_HASH_BYTES)
+    return True
 
 
 VERIFY_ATTEMPTS = 3
@@ -98,6 +154,14 @@ def verify_generation(gen_dir: Path, manifest: dict[str, Any]) -> None:
             time.sleep(0.25)
 
 
+def _read_only(path: Path) -> bool:
+    """Whether ``path`` is on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 class OpenIndex:
     """One published generation, opened and checked; immutable while open."""
 
@@ -108,17 +172,28 @@ class OpenIndex:
         self._pin = gen.ReaderPin(pointer.dir) if pointer.dir.is_dir() else None
         self.catalog: Catalog | None = None
         self.vectors: VectorStore | None = None
+        self._copy: Path | None = None
         try:
             self.manifest = gen.read_manifest(pointer.dir)
             verify_generation(pointer.dir, self.manifest)
-            self.catalog = Catalog(pointer.dir / gen.CATALOG, readonly=True)
+            src = pointer.dir
+            if not settings.chroma_url and _read_only(src):
+                # Chroma writes to its database when it opens one: serve a private copy, checked
+                # against the manifest like the original.
+                self._copy = Path(tempfile.mkdtemp(prefix="rag-generation-"))
+                src = self._copy / pointer.dir.name
+                shutil.copytree(pointer.dir, src, ignore=shutil.ignore_patterns(
+                    "*.lock", gen.READERS))
+                verify_generation(src, self.manifest)
+            self.catalog = Catalog(src / gen.CATALOG, readonly=True)
             counts = self.catalog.counts()
             if counts["spans"] != self.manifest.get("spans"):
                 raise IndexUnavailable(
                     f"generation {pointer.dir.name} is inconsistent: the catalog holds "
                     f"{counts['spans']} spans, the manifest says {self.manifest.get('spans')}"
                 )
-            self.lexical = LexicalIndex(pointer.dir / gen.LEXICAL)
+            self.lexical = LexicalIndex.private_copy(
+                src / gen.LEXICAL, self.manifest.get("checksums"), f"{gen.LEXICAL}/")
             if self.lexical.num_docs() != counts["spans"]:
                 raise IndexUnavailable(
                     f"generation {pointer.dir.name} is inconsistent: the lexical index does "
@@ -126,7 +201,7 @@ class OpenIndex:
                 )
             self.lexical.search(["rag-mcp-open-check"], 1)  # opens the postings of both fields
             self.vectors = store_class(settings).open_reader(
-                settings, pointer.dir, str(self.manifest.get("vector_collection", "")))
+                settings, src, str(self.manifest.get("vector_collection", "")))
             if not self.vectors.holds(self.manifest.get("vectors")):
                 raise IndexUnavailable(
                     f"generation {pointer.dir.name} is inconsistent: the vector store does not "
@@ -146,6 +221,12 @@ class OpenIndex:
         if self.vectors is not None:
             self.vectors.close()
             self.vectors = None
+        lexical: LexicalIndex | None = getattr(self, "lexical", None)
+        if lexical is not None:
+            lexical.close()
+        if self._copy is not None:
+            shutil.rmtree(self._copy, ignore_errors=True)
+            self._copy = None
         if self.catalog is not None:
             self.catalog.close()
         if self._pin is not None:

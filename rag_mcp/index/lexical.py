@@ -14,9 +14,12 @@ language query still matches the parts.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import re
-from collections.abc import Iterable, Sequence
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +78,46 @@ class LexicalIndex:
     #: mean MRR@10 (+0.02 on docstring queries, -0.03 on docs headings, which the kit blanks); it
     #: stays on because a bare identifier query must find the definition, not a line using it.
     NAME_BOOST = 0.25
+    #: the folder of a private copy this reader owns (``private_copy``)
+    private: Path | None
+
+    @classmethod
+    def private_copy(cls, path: Path, checksums: Mapping[str, str] | None = None,
+                     prefix: str = "") -> LexicalIndex:
+        """A reader on a private copy of the published index at ``path``.
+
+        tantivy memory-maps its segment files: one cut short under a running server killed it
+        with SIGBUS, and on a read-only disk tantivy could not take its lock. The copy is ours
+        (neither can happen to it) and is checked against the manifest's ``checksums`` (keys
+        ``<prefix><name>``) after copying, so a file changed while it was copied is refused.
+        """
+        tmp = Path(tempfile.mkdtemp(prefix="rag-lexical-"))
+        try:
+            for src in path.iterdir():
+                if src.is_file() and not src.name.endswith(".lock"):
+                    shutil.copyfile(src, tmp / src.name)
+                    want = (checksums or {}).get(prefix + src.name)
+                    if want is not None and not want.startswith("size:") and want != (
+                            hashlib.file_digest((tmp / src.name).open("rb"), "sha256")
+                            .hexdigest()):
+                        raise ValueError(f"{src.name} changed while it was read")
+            index = cls(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        index.private = tmp
+        return index
+
+    def close(self) -> None:
+        """Drop a private copy (``private_copy``); the index is not usable afterwards."""
+        if self.private is not None:
+            shutil.rmtree(self.private, ignore_errors=True)
+            self.private = None
 
     def __init__(self, path: Path, *, create: bool = False) -> None:
         import tantivy  # local: keeps `import rag_mcp` light
 
+        self.private = None
         self._t = tantivy
         builder = tantivy.SchemaBuilder()
         builder.add_integer_field("sid", stored=True, indexed=True, fast=True)

@@ -48,6 +48,28 @@ def is_test_code(rel: str, symbol: str | None) -> bool:
     return is_test_path(rel) or (bool(dot) and head in ("tests", "test"))
 
 
+def decode_text(data: bytes) -> str:
+    """A file's bytes as the text the indexer chunks and the reader numbers (both call this, so
+    span digests agree): UTF-8 when it is; otherwise the encoding charset-normalizer detects
+    (Latin-1 and other legacy files were read with U+FFFD in place of every accented letter).
+    A file that is UTF-8 but for a few stray bytes stays UTF-8 with replacement characters (a
+    detector would turn all its other non-ASCII letters into mojibake), and so does one that
+    nothing fits. A leading BOM is dropped."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", errors="replace")
+        if _UTF8_LETTER.search(text) is None:
+            from charset_normalizer import from_bytes  # ~0.1 s of imports, legacy files only
+
+            best = from_bytes(data).best()
+            text = str(best) if best is not None else text
+    return text.lstrip("\ufeff")
+
+
+_UTF8_LETTER = re.compile("[^\x00-\x7f\ufffd]")  # a non-ASCII character UTF-8 did decode
+
+
 def split_lines(text: str) -> list[str]:
     """Split file text into lines the way editors number them (only ``\\n`` ends a line)."""
     if not text:

@@ -23,7 +23,7 @@ from rag_mcp.search.join import Placed, joined_label, plan_joins
 from rag_mcp.search.links import where
 from rag_mcp.search.preview import describe
 from rag_mcp.search.reader import cap_text, join_parts, read_span
-from rag_mcp.search.redact import redact, redact_label
+from rag_mcp.search.redact import redact, redact_id, redact_label
 from rag_mcp.search.repos import Repo, select
 from rag_mcp.search.retrieve import Filters, Hit, Retrieval
 
@@ -419,13 +419,14 @@ class QueryService:
             used += size
             redactions += sum(n1.values()) + n2
             at = where(f.repo.settings, sp)
-            out.append(QueryHit(
-                id=sp.id, path=sp.path, start_line=sp.start_line, end_line=sp.end_line,
+            out.append(QueryHit(  # a secret in a file name is masked in IDs and paths too
+                id=redact_id(sp.id), path=redact_label(sp.path) or sp.path,
+                start_line=sp.start_line, end_line=sp.end_line,
                 kind=sp.kind, language=sp.language, symbol=redact_label(sp.symbol),
                 parent=redact_label(sp.parent), heading=redact_label(sp.heading),
                 score=round(h.score, 4), preview=preview, text=text,
                 stale=stale, truncated=truncated, repo=f.repo.name,
-                parts=f.joined.parts if f.joined is not None else None,
+                parts=tuple(map(redact_id, f.joined.parts)) if f.joined is not None else None,
                 page_id=at.page_id, anchor=at.anchor, page=at.page, url=at.url))
         return out, cut, redactions
 

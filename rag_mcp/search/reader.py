@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rag_mcp.errors import InvalidArgument, NotFound, RagError, Stale
 from rag_mcp.index import documents
-from rag_mcp.index.spans import digest, make_span_id, span_text, split_lines
+from rag_mcp.index.spans import decode_text, digest, make_span_id, span_text, split_lines
 
 TRUNCATED = "\n[truncated]"
 
@@ -86,8 +86,14 @@ def open_inside(root: Path, rel: str, *, max_bytes: int = MAX_READ_BYTES) -> byt
     finally:
         os.close(fd)
     try:
-        if not stat.S_ISREG(os.fstat(ffd).st_mode):
+        st = os.fstat(ffd)
+        if not stat.S_ISREG(st.st_mode):
             raise NotFound(f"{rel} is not a regular file")
+        if st.st_nlink > 1:
+            # A hard link is the same file under another name, possibly outside the root: one
+            # swapped in after indexing would read it (its lines around a matching span).
+            raise NotFound(f"{rel} is a hard link to a file that has other names; rag-mcp "
+                           "does not read hard-linked files")
         os.set_blocking(ffd, True)
         with os.fdopen(ffd, "rb", closefd=False) as fh:
             data = fh.read(max_bytes + 1)
@@ -131,7 +137,7 @@ def file_lines(root: Path, rel: str, *, max_bytes: int = MAX_READ_BYTES) -> list
         except documents.Unreadable as exc:
             raise Stale(f"{rel} can no longer be read ({exc.reason}); re-run rag-index",
                         details={"path": rel}) from None
-    return split_lines(data.decode("utf-8", errors="replace").lstrip("\ufeff"))
+    return split_lines(decode_text(data))
 
 
 def _unchanged(lines: list[str], start: int, end: int, want: str) -> bool:

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from rag_mcp.embed import Embedder
-from rag_mcp.errors import InvalidArgument
+from rag_mcp.errors import IndexUnavailable, InvalidArgument
 from rag_mcp.index.catalog import SpanRow
-from rag_mcp.index.handle import IndexHandle, OpenIndex
+from rag_mcp.index.handle import IndexHandle, OpenIndex, index_command
 from rag_mcp.index.lexical import BM25_K1, LexicalIndex, tokenize
 from rag_mcp.index.spans import Span, is_test_code, query_embedding_text
 from rag_mcp.search.fusion import (
@@ -197,6 +197,11 @@ class Retriever:
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
             t1 = time.perf_counter()
             dense = idx.vectors.query(qv, n)
+            if not all(math.isfinite(sc) for _, sc in dense):
+                # NaN vectors in the store: a damaged generation, not a client-side schema error
+                raise IndexUnavailable(
+                    f"generation {idx.generation} is damaged: its vectors hold non-numbers; "
+                    f"rebuild it with `{index_command(self.handle.settings, rebuild=True)}`")
             timings["dense_ms"] = (time.perf_counter() - t1) * 1000
         t2 = time.perf_counter()
         lexical: list[tuple[int, float]] = []

@@ -14,7 +14,8 @@ from rag_mcp.index.catalog import Catalog, SpanRow
 from rag_mcp.index.spans import Span, SpanId, parse_span_id
 from rag_mcp.search.links import where
 from rag_mcp.search.reader import SpanText, cap_text, check_relpath, read_joined, read_span
-from rag_mcp.search.redact import redact, redact_label
+from rag_mcp.search.redact import redact, redact_id, redact_label
+from rag_mcp.search.redact.ids import is_masked, unmask_path
 from rag_mcp.search.repos import Repo, select
 
 MAX_CONTEXT_LINES = 200
@@ -103,12 +104,19 @@ def get_span(repo: Repo, span_id: object, context_lines: int = 0, *,
         raise InvalidArgument(f"context_lines must be an integer from 0 to {MAX_CONTEXT_LINES}")
     catalog = repo.handle.get().catalog
     assert catalog is not None
+    asked = span_id
+    if is_masked(sid.path):  # an ID we showed with a secret in its path masked
+        for real in unmask_path(catalog, sid.path):
+            sid = SpanId(real, sid.start_line, sid.end_line, sid.digest)
+            if catalog.with_digest(real, sid.digest):
+                break
+        span_id = str(sid)
     row = catalog.by_id(span_id)
     if row is None:
         # An ID handed out earlier as the "moved" ID of a stale span: same path and digest.
         moved = catalog.with_digest(sid.path, sid.digest)
         if not moved:
-            return _joined(repo, catalog, sid, span_id, context_lines, max_bytes)
+            return _joined(repo, catalog, sid, asked, context_lines, max_bytes)
         row = min(moved, key=lambda r: abs(r.span.start_line - sid.start_line))
     sp = row.span
     stored = catalog.text(row.sid) or ""
@@ -116,7 +124,7 @@ def get_span(repo: Repo, span_id: object, context_lines: int = 0, *,
     result = read_span(repo.root, sp.path, sp.start_line, sp.end_line, sp.digest,
                        stored.split("\n", 1)[0], context_lines=context_lines,
                        max_bytes=repo.settings.max_file_bytes)
-    return _result(repo, span_id, sp, result, context_lines, max_bytes)
+    return _result(repo, asked, span_id, sp, result, context_lines, max_bytes)
 
 
 #: how many candidate ranges a moved joined ID is looked for in (each reads the file once)
@@ -151,7 +159,7 @@ def _joined(repo: Repo, catalog: Catalog, sid: SpanId, span_id: str, context_lin
         # does not record)
         sp = replace(lead, start_line=lead.start_line, end_line=lead.start_line + n - 1,
                      digest=sid.digest)
-        return _result(repo, span_id, sp, text, context_lines, max_bytes)
+        return _result(repo, span_id, str(sid), sp, text, context_lines, max_bytes)
     raise NotFound(f"no span {span_id} in the index; use an id returned by rag_query "
                    "(the index may have been rebuilt since)")
 
@@ -171,16 +179,19 @@ def _runs(of_path: list[SpanRow], n: int, near: int) -> list[list[SpanRow]]:
     return runs
 
 
-def _result(repo: Repo, span_id: str, sp: Span, result: SpanText, context_lines: int,
-            max_bytes: int | None) -> SpanResult:
+def _result(repo: Repo, span_id: str, real_id: str, sp: Span, result: SpanText,
+            context_lines: int, max_bytes: int | None) -> SpanResult:
     text, counts = redact(result.text)  # redact the whole text, then cap it
     text, truncated = cap_text(text, max_bytes or repo.settings.max_bytes)
+    # ID and path as shown: a secret in a file name is masked (redact.ids finds them again).
+    shown_id = redact_id(result.id)
     at = where(repo.settings, sp)
     return SpanResult(
-        id=result.id, requested_id=span_id, path=sp.path, start_line=result.start_line,
+        id=shown_id, requested_id=redact_id(span_id), path=redact_label(sp.path) or sp.path,
+        start_line=result.start_line,
         end_line=result.end_line, kind=sp.kind, language=sp.language,
         symbol=redact_label(sp.symbol), heading=redact_label(sp.heading), text=text,
-        context_lines=context_lines, stale=result.stale or result.id != span_id,
+        context_lines=context_lines, stale=result.stale or result.id != real_id,
         truncated=truncated, redactions=sum(counts.values()), repo=repo.name,
         page_id=at.page_id, anchor=at.anchor, page=at.page, url=at.url,
     )

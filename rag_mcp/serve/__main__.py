@@ -164,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rag_mcp.serve.ask import ask
 
             return ask(settings, args.query, k=args.k, include_text=args.include_text,
-                       as_json=args.json, config=args.config)
+                       as_json=args.json, config=args.config, index_dir=args.index_dir,
+                       log_dir=args.log_dir)
         if args.command == "stats":
             return _stats(settings, args)
         if args.command == "config":

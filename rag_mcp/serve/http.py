@@ -23,6 +23,7 @@ from starlette.types import ASGIApp
 from rag_mcp.config import Settings, is_loopback
 from rag_mcp.errors import ConfigError, RagError
 from rag_mcp.serve.guard import MCP_PATH, Auth, Guard
+from rag_mcp.serve.http_sessions import SessionRoom
 
 if TYPE_CHECKING:
     import uvicorn
@@ -140,7 +141,8 @@ def build_app(server: RagServer, settings: Settings, plan: HttpPlan | None = Non
 
         server.custom_route(CONSENT_PATH, methods=["GET", "POST"],
                             include_in_schema=False)(plan.provider.consent)
-    return Guard(server.streamable_http_app(**app_options(settings)), settings,
+    return Guard(SessionRoom(server.streamable_http_app(**app_options(settings)), MCP_PATH),
+                 settings,
                  plan.auth if plan is not None else None)
 
 
@@ -209,10 +211,13 @@ def make_server(server: RagServer, settings: Settings, plan: HttpPlan
     import uvicorn
 
     app = build_app(server, settings, plan)
-    # proxy_headers (uvicorn's default) trusts X-Forwarded-For only from loopback peers, i.e. a
-    # local tunnel, so rate limits apply per real client behind it.
+    # X-Forwarded-For is believed only from the proxies the operator names: uvicorn's default
+    # trusts it from loopback, i.e. from every local process, and a rotated header escaped the
+    # rate limits (unlimited failed-token attempts).
+    trusted = list(settings.http_trusted_proxies)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            server_header=False, timeout_graceful_shutdown=3)
+                            server_header=False, timeout_graceful_shutdown=3,
+                            proxy_headers=bool(trusted), forwarded_allow_ips=trusted or None)
     return uvicorn.Server(config)
 
 

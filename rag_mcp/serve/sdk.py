@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from rag_mcp.deps import Deps
 from rag_mcp.errors import E_INTERNAL, E_INVALID_ARGUMENT, E_NOT_FOUND, RagError
+from rag_mcp.search.redact import redact
 
 log = logging.getLogger("rag_mcp.serve")
 
@@ -52,6 +53,7 @@ def error_result(code: str, message: str) -> CallToolResult:
     """A tool error every client's model reads: the text ``E_CODE: message`` and no structured
     content, which would have to match the tool's output schema (clients that validate it
     replaced our message with their own schema error); programs find the code in ``_meta``."""
+    message = redact(message)[0]  # messages name paths and IDs: a file may be named by a token
     return CallToolResult(content=[TextContent(type="text", text=f"{code}: {message}")],
                           is_error=True,
                           _meta={ERROR_META: {"code": code, "message": message}})

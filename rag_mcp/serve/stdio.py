@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 
+from rag_mcp.serve.inflight import bounded_streams
 from rag_mcp.serve.sdk import RagServer, run_session
 
 log = logging.getLogger("rag_mcp.serve.stdio")
@@ -22,13 +23,16 @@ MAX_LINE_BYTES = 16 << 20
 
 
 def _pipe_like(fd: int) -> bool:
+    """Whether the event loop can watch ``fd``: a pipe, a socket or a terminal. Other character
+    devices are not pollable (``< /dev/null`` made epoll refuse stdin and the server wait for
+    a line that could never come), and neither are regular files."""
     import stat
 
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
 
 
 @asynccontextmanager
@@ -142,8 +146,9 @@ async def serve_stdio(server: RagServer) -> None:
     fds = (sys.stdin.fileno(), sys.stdout.fileno())
     transport = (pipe_stdio(*fds) if os.name == "posix" and all(map(_pipe_like, fds))
                  else stdio_server())
-    async with transport as (read_stream, write_stream):
-        await run_session(server, read_stream, write_stream)
+    async with transport as (read_stream, write_stream), \
+            bounded_streams(read_stream, write_stream) as (reads, writes):
+        await run_session(server, reads, writes)
 
 
 def run_stdio(server: RagServer) -> int:

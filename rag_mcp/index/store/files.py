@@ -39,7 +39,14 @@ def _links_point_nowhere(data: Path, raw: bytes) -> bool:
     counts = rows[:, 0] & 0xFFFF
     links = rows[:, 1:1 + max_m0]
     used = np.arange(max_m0)[None, :] < counts[:, None]
-    return bool((counts > max_m0).any() or (links[used] >= total).any())
+    if (counts > max_m0).any() or (links[used] >= total).any():
+        return True
+    # the vectors (offsetData to label_offset): a NaN passed every other check and reached the
+    # client as a schema error
+    offset, label_at = struct.unpack_from("<Q", raw, 44)[0], struct.unpack_from("<Q", raw, 36)[0]
+    if offset < label_at <= size:
+        return not bool(np.isfinite(rows.view("<f4")[:, offset // 4 : label_at // 4]).all())
+    return False
 
 
 def _bad_norms(norms: Path, cur: int) -> bool:
@@ -49,7 +56,7 @@ def _bad_norms(norms: Path, cur: int) -> bool:
     return not (np.isfinite(n).all() and (n >= 0).all() and (n < 1e6).all())
 
 
-def check_graphs(gen_dir: Path) -> None:
+def check_graphs(gen_dir: Path, max_bytes: int | None = None) -> None:
     """Refuse an HNSW graph whose links point nowhere, before Chroma's loader follows them.
 
     ``data_level0.bin`` is only size-checked by the manifest (see ``SIZE_ONLY``), yet garbage in
@@ -57,14 +64,17 @@ def check_graphs(gen_dir: Path) -> None:
     checksummed ``header.bin`` (a 4-byte version, then offsetLevel0, max_elements,
     cur_element_count, size_data_per_element, label_offset, offsetData, maxlevel, enterpoint,
     maxM, maxM0, ...): each element starts with a link count (low 16 bits) and maxM0 neighbour
-    ids. Every count must be at most maxM0 and every neighbour an element of the file; every norm
+    ids, then the vector. Every count must be at most maxM0, every neighbour an element of the
+    file and every vector component a number; every norm
     in ``length.bin`` must be a finite non-negative float (garbage there gives wrong answers
-    rather than a crash). Headers of another shape are left to Chroma.
+    rather than a crash). Headers of another shape are left to Chroma, and so are graphs over
+    ``max_bytes`` when it is given (a quick check).
     """
     for header in gen_dir.glob("chroma/*/header.bin"):
         data = header.with_name("data_level0.bin")
         raw = header.read_bytes()
-        if len(raw) != 100 or not data.is_file():
+        if len(raw) != 100 or not data.is_file() or (
+                max_bytes is not None and data.stat().st_size > max_bytes):
             continue
         size = struct.unpack_from("<Q", raw, 28)[0]
         offset = struct.unpack_from("<Q", raw, 44)[0]  # offsetData: after the links
