@@ -308,14 +308,14 @@ def test_a_rotated_x_forwarded_for_does_not_escape_the_rate_limit(indexed: Setti
     with serving(s) as url, httpx.Client(timeout=30) as c:
         codes = [c.post(url, json=INIT, headers={
             **MCP_HEADERS, "Authorization": "Bearer x", "X-Forwarded-For": f"203.0.113.{i}"}
-        ).status_code for i in range(rag_http.AUTH_FAILURE_BURST + 2)]
+        ).status_code for i in range(guard.AUTH_FAILURE_BURST + 2)]
         assert 429 in codes, codes
     trusting = settings_for(Path(indexed.root), http_token=TOKEN,
                             http_trusted_proxies="127.0.0.1")
     with serving(trusting) as url, httpx.Client(timeout=30) as c:
         codes = [c.post(url, json=INIT, headers={
             **MCP_HEADERS, "Authorization": "Bearer x", "X-Forwarded-For": f"203.0.113.{i}"}
-        ).status_code for i in range(rag_http.AUTH_FAILURE_BURST + 2)]
+        ).status_code for i in range(guard.AUTH_FAILURE_BURST + 2)]
         assert set(codes) == {401}, codes  # a named proxy's clients are told apart
 
 
