@@ -134,6 +134,10 @@ def state_dict(img: Image) -> dict[str, np.ndarray]:
         "embeddings.token_type_embeddings.weight": tensor(img, "emb.type", (h["TVS"], width)),
         "embeddings.LayerNorm.weight": tensor(img, "emb.ln.w", (width,)),
         "embeddings.LayerNorm.bias": tensor(img, "emb.ln.b", (width,)),
+        # BertModel has a pooler the image lacks (sentence embeddings pool the tokens instead):
+        # present, transformers loads the folder without reporting missing weights
+        "pooler.dense.weight": np.zeros((width, width), np.float32),
+        "pooler.dense.bias": np.zeros(width, np.float32),
     }
     shapes = {"q": (width, width), "k": (width, width), "v": (width, width),
               "ao": (width, width), "fi": (ff, width), "fo": (width, ff)}
