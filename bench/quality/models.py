@@ -10,10 +10,13 @@ click as bench/speed/embed_throughput.py cuts them, 200 doc sections of the kit'
 so a neighbour's load falls on all of them alike; the model file's size.
 
     .venv/bin/python -m bench.quality.models --kit ../shared/eval \\
-        [--models bge-small-en-v1.5,all-MiniLM-L6-v2,multilingual-e5-small] [--sets ...]
+        [--models bge-small-en-v1.5,all-MiniLM-L6-v2,multilingual-e5-small] [--sets ...] \\
+        [--skip multilingual-e5-small:cosqa,...] [--reuse]
 
 Indexing is the whole cost (the embedding cache in bench/.work/index keeps every vector, so a
-rerun embeds nothing new). Prints markdown and rewrites the "models" section of
+rerun embeds nothing new). Results are saved in bench/.work/models.json; ``--reuse`` measures
+only what is not there yet (a model, set or speed added later), ``--skip`` leaves model:set
+pairs out (shown as not measured). Prints markdown and rewrites the "models" section of
 docs/BENCHMARKS.md.
 """
 
@@ -45,14 +48,22 @@ BACKEND = "onnx-int8"
 OUT = WORK / "models.json"
 
 
-def quality(models: list[str], sets: list[str]) -> dict[str, dict[str, dict[str, float]]]:
-    """model -> "set|fusion" -> MRR@10, hit@5, tok@5."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
+Quality = dict[str, dict[str, dict[str, float]]]
+
+
+def quality(models: list[str], sets: list[str], skip: set[tuple[str, str]],
+            known: Quality) -> Quality:
+    """model -> "set|fusion" -> MRR@10, hit@5, tok@5 (``known`` entries are kept)."""
+    out: Quality = {m: dict(known.get(m, {})) for m in models}
     for model in models:
+        todo = [s for s in sets
+                if (model, s) not in skip and f"{s}|hybrid" not in out[model]]
+        if not todo:
+            continue
         t0 = time.perf_counter()
-        index_all(sets, [BACKEND], quiet=True, model=model)
+        index_all(todo, [BACKEND], quiet=True, model=model)
         print(f"{model}: indexed in {time.perf_counter() - t0:.0f} s", flush=True)
-        for name in sets:
+        for name in todo:
             ev = load_set(name)
             for fusion in ("dense", "hybrid"):
                 run = service_run(ev, BACKEND, f"{fusion} ({model})",
@@ -116,25 +127,34 @@ def size_mb(model: str) -> float:
     return path.stat().st_size / 1e6
 
 
-def report(models: list[str], sets: list[str], q: dict, sp: dict, wiki: dict,
+def _cell(q: Quality, m: str, key: str, what: str, fmt: str = "{:.3f}") -> str:
+    got = q.get(m, {}).get(key)
+    return fmt.format(got[what]) if got else "-"
+
+
+def report(models: list[str], sets: list[str], q: Quality, sp: dict, wiki: dict,
            load: tuple[float, float]) -> str:
     base = models[0]
-    head = ["model", *(f"{s} dense / hybrid" for s in sets), "mean hybrid MRR@10",
+    head = ["model", *(f"{s} dense / hybrid" for s in sets), "mean hybrid MRR@10 (sets measured)",
             "cross-lingual hit@5 (wiki, hybrid)", "spans / CPU s (1 thread)", "(2 threads)",
-            "x first", "weights MB"]
+            "CPU ms / span", "x first", "weights MB"]
     rows: list[list[object]] = []
     for m in models:
-        mean = sum(q[m][f"{s}|hybrid"]["MRR@10"] for s in sets) / len(sets)
+        done = [s for s in sets if f"{s}|hybrid" in q.get(m, {})]
+        mean = sum(q[m][f"{s}|hybrid"]["MRR@10"] for s in done) / max(1, len(done))
         cross = sum(wiki[m][p]["hybrid"]["hit@5"] for p in wiki_languages.CROSS) / len(
-            wiki_languages.CROSS)
-        rows.append([m, *(f"{q[m][f'{s}|dense']['MRR@10']:.3f} / "
-                          f"{q[m][f'{s}|hybrid']['MRR@10']:.3f}" for s in sets),
-                     f"{mean:.3f}", f"{cross:.3f}", f"{sp[m]['cpu_t1']:.1f}",
-                     f"{sp[m]['cpu_t2']:.1f}", f"{sp[m]['cpu_t1'] / sp[base]['cpu_t1']:.2f}x",
+            wiki_languages.CROSS) if m in wiki else float("nan")
+        t1, t2 = sp.get(m, {}).get("cpu_t1"), sp.get(m, {}).get("cpu_t2")
+        rows.append([m, *(f"{_cell(q, m, f'{s}|dense', 'MRR@10')} / "
+                          f"{_cell(q, m, f'{s}|hybrid', 'MRR@10')}" for s in sets),
+                     f"{mean:.3f} ({len(done)})", f"{cross:.3f}",
+                     f"{t1:.1f}" if t1 else "-", f"{t2:.1f}" if t2 else "-",
+                     f"{1000 / t1:.0f}" if t1 else "-",
+                     f"{t1 / sp[base]['cpu_t1']:.2f}x" if t1 and base in sp else "-",
                      f"{size_mb(m):.0f}"])
     hits: list[list[object]] = [
-        [m, *(f"{q[m][f'{s}|hybrid']['hit@5']:.3f}" for s in sets),
-         *(f"{q[m][f'{s}|hybrid']['tok@5']:,.0f}" for s in sets[:1])] for m in models]
+        [m, *(_cell(q, m, f"{s}|hybrid", "hit@5") for s in sets),
+         *(_cell(q, m, f"{s}|hybrid", "tok@5", "{:,.0f}") for s in sets[:1])] for m in models]
     return f"""## Embedding models side by side
 
 `python -m bench.quality.models --models {",".join(models)} --sets {",".join(sets)}`
@@ -162,16 +182,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--spans", type=int, default=200, help="code spans and doc sections each")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--skip", default="",
+                    help="model:set pairs not to measure, comma-separated")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the results in bench/.work/models.json; measure only the rest")
     ap.add_argument("--no-write", action="store_true", help="print only")
     add_kit_arg(ap)
     a = ap.parse_args(argv)
     use_kit(a.kit)
     models, sets = a.models.split(","), a.sets.split(",")
+    skip = {(p.split(":")[0], p.split(":")[1]) for p in a.skip.split(",") if ":" in p}
+    known: dict[str, Any] = json.loads(OUT.read_text()) if a.reuse and OUT.is_file() else {}
     before = os.getloadavg()[0]
-    q = quality(models, sets)
-    wiki_set = wiki_languages.load()
-    wiki = {m: wiki_languages.measure(wiki_set, m) for m in models}
-    sp = speed(models, a.spans, a.rounds)
+    q = quality(models, sets, skip, known.get("quality", {}))
+    wiki = {m: known["wiki"][m] for m in models if m in known.get("wiki", {})}
+    if len(wiki) < len(models):
+        wiki_set = wiki_languages.load()
+        wiki.update({m: wiki_languages.measure(wiki_set, m) for m in models if m not in wiki})
+    sp = {m: known["speed"][m] for m in models if m in known.get("speed", {})}
+    if len(sp) < len(models):
+        sp = speed(models, a.spans, a.rounds)
     saved: dict[str, Any] = {"quality": q, "wiki": wiki, "speed": sp}
     OUT.write_text(json.dumps(saved, indent=1))
     body = report(models, sets, q, sp, wiki, (before, os.getloadavg()[0]))
