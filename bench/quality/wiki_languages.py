@@ -14,7 +14,11 @@ Gold: the lines of the section's answer (English pages) or the whole help page. 
 runs against every wiki its page exists in, so "de>en" is German questions over English pages;
 in ``mix``, ``(other)`` marks questions whose answer exists only in the other language.
 
-    .venv/bin/python -m bench.quality.wiki_languages [--models bge-small-en-v1.5,...] [--no-write]
+    .venv/bin/python -m bench.quality.wiki_languages [--models bge-small-en-v1.5,...] [--reuse]
+        [--no-write]
+
+Results are kept in bench/.work/wiki_languages/results.json; ``--reuse`` measures only the
+models not there yet.
 
 Prints markdown and rewrites the "wiki-languages" section of docs/BENCHMARKS.md.
 """
@@ -158,12 +162,16 @@ def measure(ev: EvalSet, model: str) -> dict[str, dict[str, dict[str, float]]]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the models already in results.json; measure only the others")
     ap.add_argument("--no-write", action="store_true", help="print only")
     a = ap.parse_args(argv)
     ev = build()
     models = a.models.split(",")
-    res = {m: measure(ev, m) for m in models}
-    (ROOT / "results.json").write_text(json.dumps(res, indent=1))
+    saved = ROOT / "results.json"
+    known = json.loads(saved.read_text()) if a.reuse and saved.is_file() else {}
+    res = {m: known[m] if m in known else measure(ev, m) for m in models}
+    saved.write_text(json.dumps({**known, **res}, indent=1))
     head = ["questions > pages (n)", *(f"{m} {f}" for m in models for f in ("dense", "hybrid"))]
     rows: list[list[object]] = [[f"{p} ({res[models[0]][p]['dense']['n']:.0f})",
              *(f"{res[m][p][f]['MRR@10']:.3f} / {res[m][p][f]['hit@5']:.3f}"
