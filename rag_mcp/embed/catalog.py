@@ -86,7 +86,7 @@ CATALOG: tuple[Entry, ...] = (
         # BGE's retrieval instruction, for queries only: passages are embedded bare
         query_prefix="Represent this sentence for searching relevant passages: ",
         passage_prefix="", window=512, dim=384, languages="English",
-        good_for="English code and documentation: the best retrieval per CPU second measured",
+        good_for="English code and documentation: the best retrieval measured here",
         licence="MIT (model), Apache-2.0 (package)", size_mb=35),
     Entry(
         name="all-MiniLM-L6-v2",
