@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
     sp = {m: known["speed"][m] for m in models if m in known.get("speed", {})}
     if len(sp) < len(models):
         sp = speed(models, a.spans, a.rounds)
-    saved: dict[str, Any] = {"quality": q, "wiki": wiki, "speed": sp}
+    saved: dict[str, Any] = {k: {**known.get(k, {}), **v}
+                             for k, v in (("quality", q), ("wiki", wiki), ("speed", sp))}
     OUT.write_text(json.dumps(saved, indent=1))
     body = report(models, sets, q, sp, wiki, (before, os.getloadavg()[0]))
     print(body)
