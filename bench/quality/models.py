@@ -133,8 +133,9 @@ def _cell(q: Quality, m: str, key: str, what: str, fmt: str = "{:.3f}") -> str:
 
 
 def report(models: list[str], sets: list[str], q: Quality, sp: dict, wiki: dict,
-           load: tuple[float, float]) -> str:
+           load: tuple[float, float], skip: set[tuple[str, str]]) -> str:
     base = models[0]
+    skipped = f" --skip {','.join(f'{m}:{s}' for m, s in sorted(skip))}" if skip else ""
     head = ["model", *(f"{s} dense / hybrid" for s in sets), "mean hybrid MRR@10 (sets measured)",
             "cross-lingual hit@5 (wiki, hybrid)", "spans / CPU s (1 thread)", "(2 threads)",
             "CPU ms / span", "x first", "weights MB"]
@@ -157,7 +158,7 @@ def report(models: list[str], sets: list[str], q: Quality, sp: dict, wiki: dict,
          *(_cell(q, m, f"{s}|hybrid", "tok@5", "{:,.0f}") for s in sets[:1])] for m in models]
     return f"""## Embedding models side by side
 
-`python -m bench.quality.models --models {",".join(models)} --sets {",".join(sets)}`
+`python -m bench.quality.models --models {",".join(models)} --sets {",".join(sets)}{skipped}`
 
 Every kit set indexed with each model (int8, spans read to {DEFAULT_READ} tokens, queries whole),
 MRR@10 of dense only and of the default hybrid (each model's own calibration row) through
@@ -166,7 +167,8 @@ pairs of the DokuWiki set ("Questions in one language, wiki pages in another"). 
 CPU second of the model alone (process CPU time), the models taking turns on the same 400 texts
 (200 code spans, 200 doc sections) in one run; load average {load[0]:.1f} before, {load[1]:.1f}
 after, on a shared 2-core machine, so read the ratios. The vectors are 384-dimensional for
-every model here, so the index takes the same space.
+every model here, so the index takes the same space. `-` = not measured; with `--reuse`, cells
+measured by an earlier run of this script are kept (the load figures are this run's).
 
 {md_table(head, rows)}
 
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     saved: dict[str, Any] = {k: {**known.get(k, {}), **v}
                              for k, v in (("quality", q), ("wiki", wiki), ("speed", sp))}
     OUT.write_text(json.dumps(saved, indent=1))
-    body = report(models, sets, q, sp, wiki, (before, os.getloadavg()[0]))
+    body = report(models, sets, q, sp, wiki, (before, os.getloadavg()[0]), skip)
     print(body)
     if not a.no_write:
         write_section("models", body)
