@@ -31,6 +31,8 @@ examples:
   rag-index --spans src/app.py      the spans of one file, with their IDs
   rag-index --spans --json | head   every span, one JSON object a line
   rag-index --watch                 keep the index fresh while you edit
+  rag-index --list-models           the embedding models available offline
+  rag-index --model multilingual    embed with the multilingual model (other languages)
 
 exit codes: 0 done, 2 bad arguments or configuration, 3 file not in the index,
 5 index missing or unusable, 75 another rag-index holds the index, 130 interrupted.
@@ -63,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="list the spans of FILE (or of the whole index)")
     mode.add_argument("--watch", action="store_true",
                       help="index, then keep the index fresh as files change (Ctrl-C stops)")
+    mode.add_argument("--list-models", action="store_true",
+                      help="the embedding models this machine can use offline, and how to "
+                           "install the others")
     ap.add_argument("--rebuild", action="store_true", help="ignore the existing index")
     ap.add_argument("--verify", action="store_true",
                     help="check every byte of the existing index, as a server does when it "
@@ -84,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--window-overlap", help="overlap of line windows (default 10)")
     g.add_argument("--ignore", action="append", metavar="PATTERN",
                    help="extra gitignore-style pattern (repeatable)")
-    g.add_argument("--model", help="embedding model (default the bundled all-MiniLM-L6-v2)")
+    g.add_argument("--model", help="embedding model: a name from --list-models, "
+                                   "'multilingual', or a local sentence-transformers folder")
     g.add_argument("--embed-backend", help="onnx | onnx-int8 | torch")
     g.add_argument("--embed-batch", help="texts per model call")
     g.add_argument("--embed-threads", help="CPU threads for the model (0 = all)")
@@ -285,10 +291,34 @@ def _storage_error(exc: BaseException, settings: Settings | None) -> RagError | 
     return None
 
 
+def render_models(rows: list[dict[str, object]]) -> str:
+    """``--list-models`` for people: one block per model."""
+    out = []
+    for r in rows:
+        default = " (the default)" if r["default"] else ""
+        out += [f"{r['model']}{default}  [{r['state']}]",
+                f"    good for   {r['good for']}",
+                f"    languages  {r['languages']}",
+                f"    size       {r['size']}, from {r['package']} ({r['licence']})"]
+        if r["aliases"]:
+            out.append(f"    also named {r['aliases']}")
+    out.append("Choose one with --model NAME, RAG_EMBED_MODEL or embed.model; changing it "
+               "re-embeds the index once. Nothing is downloaded at run time.")
+    return "\n".join(out)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="rag-index: %(message)s")
     settings: Settings | None = None
+
+
+    if args.list_models:  # needs no settings: a broken config must not hide the list
+        from rag_mcp.embed.catalog import listing
+
+        rows = listing()
+        print(orjson.dumps(rows).decode() if args.json else render_models(rows))
+        return 0
     try:
         settings = settings_from_args(args)
         several = len(settings.roots) > 1  # RAG_ROOTS or repo.roots name several repositories

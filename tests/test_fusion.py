@@ -13,6 +13,7 @@ import pytest
 
 from rag_mcp.config import load_settings
 from rag_mcp.deps import Deps, build_deps
+from rag_mcp.embed.catalog import DEFAULT
 from rag_mcp.errors import InvalidArgument
 from rag_mcp.index.lexical import LexicalIndex, tokenize
 from rag_mcp.search.fusion import (
@@ -250,7 +251,7 @@ def anyio_backend() -> str:
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_rag_query_without_tau_applies_the_calibrated_default(sample_repo: Path) -> None:
-    """End to end with the bundled model: omitting tau means the fitted row's tau, not 0."""
+    """End to end with the default model: omitting tau means the fitted row's tau, not 0."""
     from indexers.pipeline import run_index
     from tests.mcp_helpers import answer, in_process
 
@@ -259,7 +260,7 @@ async def test_rag_query_without_tau_applies_the_calibrated_default(sample_repo:
     settings = load_settings({"root": str(sample_repo), "join_gap": "-1"})
     assert settings.tau is None  # configs/default.toml says "auto"
     assert run_index(settings).published
-    cal = CALIBRATIONS["all-MiniLM-L6-v2"]
+    cal = CALIBRATIONS[DEFAULT]
     assert cal.tau > 0 and "provisional" not in cal.source
     async with in_process(settings) as (session, _):
         query = {"query": "compute a checksum of the payload bytes", "k": 10}

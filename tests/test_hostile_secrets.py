@@ -102,8 +102,8 @@ async def test_a_token_in_a_file_name_is_masked_and_the_masked_id_reads_back(
             assert shown and MARKER_PREFIX in shown
             r = await client.call_tool("rag_query", {"query": "deploy notes rotated quarterly",
                                                      "path": path, "tau": 0.0})
-            assert hio.answer_code(r) == "ok" and r.structuredContent is not None
-            hits = r.structuredContent["hits"]
+            assert hio.answer_code(r) == "ok" and r.structured_content is not None
+            hits = r.structured_content["hits"]
             assert hits and all(h["path"] == shown for h in hits), hits
             assert not hc.leaks(hio.everything(r), repo)
             for tool, args in (("rag_get_span", {"span_id": hits[0]["id"], "context_lines": 3}),
@@ -115,10 +115,10 @@ async def test_a_token_in_a_file_name_is_masked_and_the_masked_id_reads_back(
                 assert hio.answer_code(got) == "ok", (tool, hio.text(got))
                 assert not hc.leaks(hio.everything(got), repo), tool
             got = await client.call_tool("rag_get_span", {"span_id": hits[0]["id"]})
-            assert got.structuredContent is not None
-            assert got.structuredContent["id"] == hits[0]["id"]
-            assert not got.structuredContent["stale"]
-            assert "Rotated quarterly" in got.structuredContent["text"]
+            assert got.structured_content is not None
+            assert got.structured_content["id"] == hits[0]["id"]
+            assert not got.structured_content["stale"]
+            assert "Rotated quarterly" in got.structured_content["text"]
 
 
 async def test_queries_leak_nothing(planted: tuple[hc.SecretRepo, Settings]) -> None:

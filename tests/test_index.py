@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from indexers import chunking
 from indexers.cli import main as rag_index
 from indexers.pipeline import run_index
 from indexers.status import index_status, list_spans
@@ -187,6 +188,32 @@ def test_an_index_whose_vectors_were_computed_differently_is_rebuilt(sample_repo
 
     why = _rebuilt_after_manifest_edit(settings_for(sample_repo), older_release)
     assert why.startswith(f"the vectors of {HASH} (")
+
+
+def test_an_index_of_another_model_is_rebuilt_with_a_message_naming_both(
+        sample_repo: Path) -> None:
+    # An index embedded with the previous default: every vector is made again, and the run says
+    # which model the index had and which it has now.
+    def previous_default(manifest: dict) -> None:
+        manifest["model"] = "all-MiniLM-L6-v2"
+        manifest["model_identity"] = "all-MiniLM-L6-v2|53aa51172d142c89|int8-pc7-v1|w160"
+
+    why = _rebuilt_after_manifest_edit(settings_for(sample_repo), previous_default)
+    assert why == f"the embedding model changed from all-MiniLM-L6-v2 to {HASH} (onnx-int8)"
+
+
+def test_the_new_default_model_says_how_to_keep_the_old_one() -> None:
+    from indexers.manifest import incompatible
+    from rag_mcp.embed.catalog import DEFAULT
+
+    s = load_settings({})
+    assert s.embed_model == DEFAULT
+    old = {"chunker_version": chunking.CHUNKER_VERSION, "embed_text_version": EMBED_TEXT_VERSION,
+           "model": "all-MiniLM-L6-v2", "backend": "onnx-int8",
+           "model_identity": "all-MiniLM-L6-v2|53aa51172d142c89|int8-pc7-v1|w160"}
+    assert incompatible(old, s, f"{DEFAULT}|6c9c6101a956d62d|pkg-int8|w160", "embedded") == (
+        f"the embedding model changed from all-MiniLM-L6-v2 to {DEFAULT} (onnx-int8) (the "
+        "default model of this release; embed.model keeps the old one)")
 
 
 def test_damaged_index_is_rebuilt(sample_repo: Path) -> None:

@@ -10,12 +10,11 @@ candidate, relevance by the kit's rule), so hundreds of settings cost seconds:
    The choice (bench/quality/fusion_search.py ``choose``): the best MRR@10 averaged over the sets,
    each set weighing the same, among the settings that beat both single legs on every set —
    the fused default's own requirement, used as a constraint — else the best mean. A
-   leave-one-set-out
-   pass shows what a set not used for the choice would get (the held-out sets of the issue are
-   other libraries, languages and docs trees); docs is the kit's only prose set, so with docs
-   held out nothing chooses alpha_prose and the tie-break gives it alpha's value. The other
-   query-adaptive rules that were tried are scored the same way, and the chosen rule against
-   both legs and the previous defaults with paired bootstrap intervals;
+   leave-one-set-out pass shows what a set not used for the choice would get (the held-out
+   sets are other libraries, languages and docs trees); docs is the kit's only prose set, so
+   with docs held out nothing chooses alpha_prose and the tie-break gives it alpha's value. The
+   other query-adaptive rules that were tried are scored the same way, and the chosen rule
+   against both legs and the previous defaults with paired bootstrap intervals;
 2. Platt scaling: a logistic curve from the fused score to P(relevant), fitted on the top-10
    candidates of every query, each set weighted equally;
 3. tau: the largest threshold that keeps hit@5 within 2 points of tau = 0 on every set, which
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from bench._report import ROOT, md_table, write_section
+from bench.quality import features
 from bench.quality.fusion_search import (
     ALPHAS,
     NAME_WEIGHTS,
@@ -291,11 +291,18 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="onnx-int8")
+    ap.add_argument("--model", default="all-MiniLM-L6-v2",
+                    help="the embedding model to calibrate (its indexes: bench.quality.sets "
+                         "--model)")
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--quick", action="store_true",
+                    help="the row only: skip the comparison with other weighting rules and "
+                         "fusions (most of the run on a busy machine)")
     add_kit_arg(ap)
     args = ap.parse_args(argv)
     use_kit(args.kit)
+    features.use_model(args.model)
     sets = args.sets.split(",")
     data = {s: load(s, args.backend) for s in sets}
     n = {s: len(load_set(s).queries) for s in sets}
@@ -310,13 +317,15 @@ def main(argv: list[str] | None = None) -> None:
     tau_in_sample = tau
     tau = generalizing_tau(tau, held)
     tag = SHORT.get(args.backend, args.backend)
+    if args.model != "all-MiniLM-L6-v2":
+        tag = f"{tag}-{args.model}"
     if not args.no_write:  # the plots belong to the recorded section
         IMG.mkdir(parents=True, exist_ok=True)
         plot_scores(data, st, a, b, tau, IMG / f"calibration-scores-{tag}.png")
         plot_tau(sweep, tau, IMG / f"calibration-tau-{tag}.png")
 
     leg = legs(data, n, w)
-    variant_rows = variants(data, n, sets, terms)
+    variant_rows = [] if args.quick else variants(data, n, sets, terms)
     table: list[list[object]] = [
         [s, f"{leg[s][0]:.3f}", f"{leg[s][1]:.3f}", f"{best['sets'][s]['MRR@10']:.3f}",
          f"{best['sets'][s]['gain']:.3f}"] for s in sets]
@@ -335,12 +344,21 @@ def main(argv: list[str] | None = None) -> None:
     tau_rows: list[list[object]] = [
         [f"{t:g}", *(f"{sweep[s][i][1]:.3f} / {sweep[s][i][2]:,.0f}" for s in sets)]
         for i, t in enumerate(TAUS) if t <= 0.1 or t in (0.2, 0.3, 0.5, 0.7, 0.9)]
-    row = (f'"all-MiniLM-L6-v2": Calibration(alpha={alpha:g}, a={a:.3f}, b={b:.3f}, '
+    row = (f'"{args.model}": Calibration(alpha={alpha:g}, a={a:.3f}, b={b:.3f}, '
            f'tau={tau:g}, terms={terms:g}, alpha_prose={prose:g}, '
-           f'source="bench/quality/calibrate.py, {args.backend}, {", ".join(sets)}")')
-    body = f"""## Fusion weights, calibration and tau ({args.backend})
+           f'source="bench/quality/calibrate.py, {args.model}, {args.backend}, {", ".join(sets)}")')
+    cmd = (f"python -m bench.quality.calibrate --model {args.model} --backend {args.backend} "
+           f"--sets {','.join(sets)}{' --quick' if args.quick else ''}")
+    others = ("(Run with --quick: the other weighting rules and fusions were not compared.)\n"
+              if args.quick else f"""{rule_section(data, n, best, held, sets)}
+Normalisations and fusions, each at its best setting on the same candidates, with the same
+length rule and one alpha for every span kind (MRR@10):
 
-`python -m bench.quality.calibrate --backend {args.backend} --sets {",".join(sets)}`
+{md_table(["fusion", "best setting", *sets, "mean"], variant_rows)}
+""")
+    body = f"""## Fusion weights, calibration and tau ({args.model}, {args.backend})
+
+`{cmd}`
 
 Offline on each query's candidates as rag_query sees them (dense top 50 + lexical top 50, each
 candidate's BM25 read from the lexical top 200; replayed from recorded top-200 lists by
@@ -348,9 +366,9 @@ bench/quality/fusion_search.py), relevance by the kit's rule. `raw = a_q * cos +
 (alpha_k - a_q) * best cos`, `lex` = BM25 (body + w * name) over its upper bound for the query,
 `a_q = alpha_k * min(1, terms / n)` for a query of n distinct lexical terms, `alpha_k` = alpha
 for code spans and alpha_prose for doc/text spans. The choice: the best MRR@10 averaged over the
-sets among the settings that beat both single legs on every set (the fused default's requirement,
-used as
-a constraint; {"met" if beats_legs(best, sets) else "no setting meets it, so the best mean"}).
+sets among the settings that beat both single legs on every set (the fused default's
+requirement, used as a constraint; {
+    "met" if beats_legs(best, sets) else "no setting meets it, so the best mean"}).
 Chosen: **alpha = {alpha:g} (code), alpha_prose = {prose:g} (doc/text), name weight w = {w:g},
 terms = {terms:g}**, mean MRR@10 {mean_mrr(best, sets):.3f} (the unconstrained best:
 {free["alpha"]:g} / {free["prose"]:g} / {free["terms"]:g}, {mean_mrr(free, sets):.3f});
@@ -373,12 +391,7 @@ tie-break), so its row measures the rule without the split, not a held-out split
 {md_table(["held-out set", "alpha / w / terms / prose", "MRR@10", "vs all-sets", "tau", "hit@5",
            "tokens", f"hit@5 at the default tau {tau:g}"], loso)}
 
-{rule_section(data, n, best, held, sets)}
-Normalisations and fusions, each at its best setting on the same candidates, with the same
-length rule and one alpha for every span kind (MRR@10):
-
-{md_table(["fusion", "best setting", *sets, "mean"], variant_rows)}
-
+{others}
 Best settings by MRR@10 averaged over the sets (all name weights):
 
 {md_table(["alpha", "alpha_prose", "w", "terms", *sets, "mean", "beats both legs"],

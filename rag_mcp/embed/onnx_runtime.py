@@ -73,6 +73,10 @@ class OnnxEmbedder:
         self._pooling = spec.pooling
         self._batch = batch_size
         self._tok = TokenCounter(spec)
+        self._query_prefix, self._passage_prefix = spec.query_prefix, spec.passage_prefix
+        # a span read to N tokens still gets N of its own: the prefix comes on top
+        self._prefix_tokens = (len(self._tok.encode([spec.passage_prefix])[0]) - 2
+                               if spec.passage_prefix else 0)
         try:
             self._sess = session(onnx_file, threads)
         except Exception as exc:  # ORT raises its own untyped errors
@@ -91,14 +95,16 @@ class OnnxEmbedder:
     def embed_documents(self, texts: Sequence[str], max_tokens: int = 0) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        seqs = self._tok.encode(texts, max_tokens)
+        if self._passage_prefix:
+            texts = [self._passage_prefix + t for t in texts]
+        seqs = self._tok.encode(texts, max_tokens + self._prefix_tokens if max_tokens else 0)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for idx in plan_batches([len(s) for s in seqs], self._batch):
             out[idx] = self._run([seqs[i] for i in idx])
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._run(self._tok.encode([text]))[0]
+        return self._run(self._tok.encode([self._query_prefix + text]))[0]
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return self._tok.count(texts)

@@ -36,6 +36,10 @@ class TorchEmbedder:
         self.max_tokens = int(self._st.max_seq_length or spec.max_tokens)
         self._tok = TokenCounter(spec)
         self._batch = batch_size
+        self._query_prefix, self._passage_prefix = spec.query_prefix, spec.passage_prefix
+        # as in the ONNX backends: a span read to N tokens gets N of its own after the prefix
+        self._prefix_tokens = (len(self._tok.encode([spec.passage_prefix])[0]) - 2
+                               if spec.passage_prefix else 0)
         # the window is a setting of the model object, so a call that reads less holds the lock
         self._window_lock = threading.Lock()
 
@@ -55,7 +59,10 @@ class TorchEmbedder:
     def embed_documents(self, texts: Sequence[str], max_tokens: int = 0) -> np.ndarray:
         import numpy as np
 
-        window = doc_window(self.max_tokens, max_tokens)
+        window = doc_window(self.max_tokens,
+                            max_tokens + self._prefix_tokens if max_tokens else 0)
+        if self._passage_prefix:
+            texts = [self._passage_prefix + t for t in texts]
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         lengths = [min(n, window) for n in self._tok.count(texts)]
         for idx in plan_batches(lengths, self._batch):
@@ -63,7 +70,7 @@ class TorchEmbedder:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._encode([text], 1, self.max_tokens)[0]
+        return self._encode([self._query_prefix + text], 1, self.max_tokens)[0]
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return self._tok.count(texts)

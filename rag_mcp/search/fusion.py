@@ -96,16 +96,17 @@ class Calibration:
         return self.alpha_prose
 
 
-# Fitted by `bench/quality/calibrate.py` on the four sets of ../shared/eval with the onnx-int8
-# backend (docs/RETRIEVAL.md shows the fit, the plots and the leave-one-set-out check). alpha (code
-# spans), alpha_prose (doc/text spans) and terms: the best MRR@10 averaged over the sets among
-# the settings that beat both single legs on every set (the fused default's requirement, used as a
-# constraint; here the best mean meets it anyway). The docs set is the kit's only prose set, so
-# alpha_prose rests on it alone; the code sets choose alpha and terms (each code set held out
-# gets the same 0.8 / 8, or 0.85 / 8 without docstring; the ten best settings are within 0.001
-# of each other on the mean). Refitted for the embedded text of EMBED_TEXT_VERSION 2 (code
-# identifiers split; before: alpha 0.7, terms 10, a 5.739, b -5.233). tau: the largest threshold
-# that keeps hit@5 within 2 points of tau = 0 on every set, also when the curve is fitted
+# One row per model, each fitted by `bench/quality/calibrate.py --model NAME` (BENCHMARKS.md,
+# "Fusion weights, calibration and tau"). all-MiniLM-L6-v2: on the four sets of ../shared/eval with
+# the onnx-int8 backend (docs/RETRIEVAL.md shows the fit, the plots and the leave-one-set-out
+# check). alpha (code spans), alpha_prose (doc/text spans) and terms: the best MRR@10 averaged over
+# the sets among the settings that beat both single legs on every set (the fused default's
+# requirement, used as a constraint; here the best mean meets it anyway). The docs set is the kit's
+# only prose set, so alpha_prose rests on it alone; the code sets choose alpha and terms (each code
+# set held out gets the same 0.8 / 8, or 0.85 / 8 without docstring; the ten best settings are
+# within 0.001 of each other on the mean). Refitted for the embedded text of EMBED_TEXT_VERSION 2
+# (code identifiers split; before: alpha 0.7, terms 10, a 5.739, b -5.233). tau: the largest
+# threshold that keeps hit@5 within 2 points of tau = 0 on every set, also when the curve is fitted
 # without that set; the fp32 backend shares the row (same model, cosines within ~0.01).
 # coverage_weight and flag: fitted by `bench/quality/confidence.py --fit` on the kit's on-topic
 # questions and the dev half of the off-topic set (bench/quality/offtopic.jsonl): the most
@@ -117,6 +118,27 @@ CALIBRATIONS: dict[str, Calibration] = {
         coverage_weight=0.75, flag=0.025,
         source="bench/quality/calibrate.py, onnx-int8, docs+cosqa+docstring+swebench_lite; "
                "coverage_weight and flag: bench/quality/confidence.py --fit"),
+    # The default model. Fitted on docs, CoSQA and docstring (SWE-bench's thirty repository
+    # snapshots were not embedded with it: twelve layers on a shared machine). Its dense leg is
+    # strong enough that the best weight is the grid's largest cosine weight for code and prose
+    # alike, and no setting beats both legs on docstring (dense alone 0.606, fused 0.598 on the
+    # replayed candidates; docs 0.499 -> 0.514, CoSQA 0.504 -> 0.517). The flag: off-topic
+    # questions flagged 99.3% (holdout half) against 91.5% without the coverage shift, on-topic
+    # ones at most 1.3% per set.
+    "bge-small-en-v1.5": Calibration(
+        alpha=0.85, alpha_prose=0.85, a=18.147, b=-14.573, tau=0.01, terms=12,
+        coverage_weight=1.5, flag=0.01,
+        source="bench/quality/calibrate.py, onnx-int8, docs+cosqa+docstring; "
+               "coverage_weight and flag: bench/quality/confidence.py --fit, docs+cosqa+docstring"),
+    # Fitted on the docs set and the DokuWiki set in three languages (bench/quality/
+    # wiki_languages.py: same-language and cross-lingual questions), the material this model is
+    # chosen for. Dense-weighted on every kind: BM25 matches words of the question's language,
+    # which across languages are the wrong words (with MiniLM's prose weight, 0.4, German
+    # questions over English pages lost 0.14 of MRR@10 against the dense leg alone). No code
+    # set: alpha for code takes the prose value; for code, choose an English model.
+    "multilingual-e5-small": Calibration(
+        alpha=0.85, alpha_prose=0.85, a=15.146, b=-14.160, tau=0.0, terms=15,
+        source="bench/quality/calibrate.py, onnx-int8, docs+wiki_languages"),
 }
 # Models without a fitted row: the same shape and no threshold (tau = 0 drops nothing), since
 # an uncalibrated score means nothing absolute. The length rule stays: BM25's compression on long

@@ -1,0 +1,217 @@
+"""The embedding models side by side: retrieval on every kit set, cross-lingual retrieval on the
+DokuWiki set, embedding cost per span and size, to choose the default with numbers.
+
+For each model (``rag-index --list-models``): every set of the kit indexed with it (int8, spans
+read to the default ``embed.max_tokens``), then dense only and the default hybrid through
+rag-eval's path (k = 10, tau = 0), scored by the kit's rule; the cross-lingual mean of
+bench/quality/wiki_languages.py; spans per CPU second (process CPU time over all threads) at one
+and two threads, the models taking turns on the same 400 texts (200 code spans of requests and
+click as bench/speed/embed_throughput.py cuts them, 200 doc sections of the kit's docs corpus),
+so a neighbour's load falls on all of them alike; the model file's size.
+
+    .venv/bin/python -m bench.quality.models --kit ../shared/eval \\
+        [--models bge-small-en-v1.5,all-MiniLM-L6-v2,multilingual-e5-small] [--sets ...] \\
+        [--skip multilingual-e5-small:cosqa,...] [--reuse]
+
+Indexing is the whole cost (the embedding cache in bench/.work/index keeps every vector, so a
+rerun embeds nothing new). Results are saved in bench/.work/models.json; ``--reuse`` measures
+only what is not there yet (a model, set or speed added later), ``--skip`` leaves model:set
+pairs out (shown as not measured). Prints markdown and rewrites the "models" section of
+docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from typing import Any
+
+from bench._report import WORK, md_table, write_section
+from bench.quality import wiki_languages
+from bench.quality.runs import score_run, service_run
+from bench.quality.sets import (
+    DEFAULT_READ,
+    SETS,
+    add_kit_arg,
+    ensure_kit,
+    index_all,
+    load_set,
+    use_kit,
+)
+from rag_mcp.config import load_settings
+from rag_mcp.embed import catalog, load_embedder
+
+BACKEND = "onnx-int8"
+OUT = WORK / "models.json"
+
+
+Quality = dict[str, dict[str, dict[str, float]]]
+
+
+def quality(models: list[str], sets: list[str], skip: set[tuple[str, str]],
+            known: Quality) -> Quality:
+    """model -> "set|fusion" -> MRR@10, hit@5, tok@5 (``known`` entries are kept)."""
+    out: Quality = {m: dict(known.get(m, {})) for m in models}
+    for model in models:
+        todo = [s for s in sets
+                if (model, s) not in skip and f"{s}|hybrid" not in out[model]]
+        if not todo:
+            continue
+        t0 = time.perf_counter()
+        index_all(todo, [BACKEND], quiet=True, model=model)
+        print(f"{model}: indexed in {time.perf_counter() - t0:.0f} s", flush=True)
+        for name in todo:
+            ev = load_set(name)
+            for fusion in ("dense", "hybrid"):
+                run = service_run(ev, BACKEND, f"{fusion} ({model})",
+                                  fusion=None if fusion == "hybrid" else fusion, model=model)
+                m = score_run(ev, run)
+                out.setdefault(model, {})[f"{name}|{fusion}"] = {
+                    k: m[k] for k in ("MRR@10", "hit@5", "tok@5", "file_tok@5")}
+                print(f"  {name} {fusion}: MRR@10 {m['MRR@10']:.3f} hit@5 {m['hit@5']:.3f}",
+                      flush=True)
+    return out
+
+
+def texts(n: int) -> list[str]:
+    """``n`` code spans and ``n`` doc sections, prefixed as the indexer prefixes them."""
+    from bench.speed.embed_throughput import corpus
+    from indexers.docs import chunk_doc
+
+    root = ensure_kit() / "sets" / "docs" / "corpus"
+    docs: list[str] = []
+    for f in sorted(root.rglob("*.md")):
+        src = f.read_text(encoding="utf-8", errors="replace")
+        lines = src.split("\n")
+        rel = str(f.relative_to(root))
+        for ch in chunk_doc(src, "markdown", path=rel):
+            body = "\n".join(lines[ch.start_line - 1:ch.end_line])
+            docs.append(f"{rel}\n{ch.heading or ''}\n{body}")
+    random.Random(0).shuffle(docs)
+    return corpus(n) + docs[:n]
+
+
+def speed(models: list[str], n: int, rounds: int) -> dict[str, dict[str, float]]:
+    """model -> "t1"/"t2" -> spans per CPU second (and per wall second)."""
+    sample = texts(n)
+    cache = load_settings({}, environ={}).model_cache_path
+    out: dict[str, dict[str, float]] = {m: {} for m in models}
+    for threads in (1, 2):
+        loaded = {m: load_embedder(m, BACKEND, cache_dir=cache, threads=threads)
+                  for m in models}
+        for emb in loaded.values():
+            emb.embed_documents(sample[:16], DEFAULT_READ)  # warm up
+        cpu, wall = dict.fromkeys(models, 0.0), dict.fromkeys(models, 0.0)
+        for _ in range(rounds):
+            for m, emb in loaded.items():
+                c0, w0 = time.process_time(), time.perf_counter()
+                for i in range(0, len(sample), 128):  # the indexer's slices
+                    emb.embed_documents(sample[i:i + 128], DEFAULT_READ)
+                cpu[m] += time.process_time() - c0
+                wall[m] += time.perf_counter() - w0
+        total = len(sample) * rounds
+        for m in models:
+            out[m][f"cpu_t{threads}"] = total / cpu[m]
+            out[m][f"wall_t{threads}"] = total / wall[m]
+    return out
+
+
+def size_mb(model: str) -> float:
+    entry = catalog.lookup(model)
+    if entry is None:
+        return float("nan")
+    path = catalog.locate(entry)[entry.files[0][0].rsplit("/", 1)[-1]]
+    return path.stat().st_size / 1e6
+
+
+def _cell(q: Quality, m: str, key: str, what: str, fmt: str = "{:.3f}") -> str:
+    got = q.get(m, {}).get(key)
+    return fmt.format(got[what]) if got else "-"
+
+
+def report(models: list[str], sets: list[str], q: Quality, sp: dict, wiki: dict,
+           load: tuple[float, float], skip: set[tuple[str, str]]) -> str:
+    base = models[0]
+    skipped = f" --skip {','.join(f'{m}:{s}' for m, s in sorted(skip))}" if skip else ""
+    head = ["model", *(f"{s} dense / hybrid" for s in sets), "mean hybrid MRR@10 (sets measured)",
+            "cross-lingual hit@5 (wiki, hybrid)", "spans / CPU s (1 thread)", "(2 threads)",
+            "CPU ms / span", "x first", "weights MB"]
+    rows: list[list[object]] = []
+    for m in models:
+        done = [s for s in sets if f"{s}|hybrid" in q.get(m, {})]
+        mean = sum(q[m][f"{s}|hybrid"]["MRR@10"] for s in done) / max(1, len(done))
+        cross = sum(wiki[m][p]["hybrid"]["hit@5"] for p in wiki_languages.CROSS) / len(
+            wiki_languages.CROSS) if m in wiki else float("nan")
+        t1, t2 = sp.get(m, {}).get("cpu_t1"), sp.get(m, {}).get("cpu_t2")
+        rows.append([m, *(f"{_cell(q, m, f'{s}|dense', 'MRR@10')} / "
+                          f"{_cell(q, m, f'{s}|hybrid', 'MRR@10')}" for s in sets),
+                     f"{mean:.3f} ({len(done)})", f"{cross:.3f}",
+                     f"{t1:.1f}" if t1 else "-", f"{t2:.1f}" if t2 else "-",
+                     f"{1000 / t1:.0f}" if t1 else "-",
+                     f"{t1 / sp[base]['cpu_t1']:.2f}x" if t1 and base in sp else "-",
+                     f"{size_mb(m):.0f}"])
+    hits: list[list[object]] = [
+        [m, *(_cell(q, m, f"{s}|hybrid", "hit@5") for s in sets),
+         *(_cell(q, m, f"{s}|hybrid", "tok@5", "{:,.0f}") for s in sets[:1])] for m in models]
+    return f"""## Embedding models side by side
+
+`python -m bench.quality.models --models {",".join(models)} --sets {",".join(sets)}{skipped}`
+
+Every kit set indexed with each model (int8, spans read to {DEFAULT_READ} tokens, queries whole),
+MRR@10 of dense only and of the default hybrid (each model's own calibration row) through
+rag-eval's path, k = 10, tau = 0; cross-lingual: the mean hit@5 over the six cross-lingual
+pairs of the DokuWiki set ("Questions in one language, wiki pages in another"). Speed: spans per
+CPU second of the model alone (process CPU time), the models taking turns on the same 400 texts
+(200 code spans, 200 doc sections) in one run; load average {load[0]:.1f} before, {load[1]:.1f}
+after, on a shared 2-core machine, so read the ratios. The vectors are 384-dimensional for
+every model here, so the index takes the same space. `-` = not measured; with `--reuse`, cells
+measured by an earlier run of this script are kept (the load figures are this run's).
+
+{md_table(head, rows)}
+
+hit@5 of the hybrid, and tokens returned in the top 5 on {sets[0]}:
+
+{md_table(["model", *sets, f"{sets[0]} tok@5"], hits)}
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(e.name for e in catalog.CATALOG))
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--spans", type=int, default=200, help="code spans and doc sections each")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--skip", default="",
+                    help="model:set pairs not to measure, comma-separated")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the results in bench/.work/models.json; measure only the rest")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    add_kit_arg(ap)
+    a = ap.parse_args(argv)
+    use_kit(a.kit)
+    models, sets = a.models.split(","), a.sets.split(",")
+    skip = {(p.split(":")[0], p.split(":")[1]) for p in a.skip.split(",") if ":" in p}
+    known: dict[str, Any] = json.loads(OUT.read_text()) if a.reuse and OUT.is_file() else {}
+    before = os.getloadavg()[0]
+    q = quality(models, sets, skip, known.get("quality", {}))
+    wiki = {m: known["wiki"][m] for m in models if m in known.get("wiki", {})}
+    if len(wiki) < len(models):
+        wiki_set = wiki_languages.load()
+        wiki.update({m: wiki_languages.measure(wiki_set, m) for m in models if m not in wiki})
+    sp = {m: known["speed"][m] for m in models if m in known.get("speed", {})}
+    if len(sp) < len(models):
+        sp = speed(models, a.spans, a.rounds)
+    saved: dict[str, Any] = {k: {**known.get(k, {}), **v}
+                             for k, v in (("quality", q), ("wiki", wiki), ("speed", sp))}
+    OUT.write_text(json.dumps(saved, indent=1))
+    body = report(models, sets, q, sp, wiki, (before, os.getloadavg()[0]), skip)
+    print(body)
+    if not a.no_write:
+        write_section("models", body)
+
+
+if __name__ == "__main__":
+    main()
