@@ -19,7 +19,7 @@ from rag_mcp.index.spans import Span
 from rag_mcp.search.links import where
 from rag_mcp.search.query import QueryParams
 from rag_mcp.serve.server import build_server
-from tests.mcp_helpers import connect, hash_deps, in_process, text
+from tests.mcp_helpers import answer, connect, hash_deps, in_process, text
 
 HASH = "test-hash-64"
 
@@ -193,9 +193,8 @@ async def test_wiki_hits_carry_page_id_anchor_and_url_end_to_end(tmp_path: Path)
     async with in_process(s) as (session, _):
         r = await session.call_tool("rag_query", {"query": "Tables syntax rows headers",
                                                   "k": 5, "kind": "doc"})
-        assert not r.is_error and r.structured_content is not None
-        hits = r.structured_content["hits"]
-        hit = next(h for h in hits if h["anchor"] == "tables")
+        hits = answer(r)["hits"]  # the lean hits, with path and lines read from their IDs
+        hit = next(h for h in hits if h.get("anchor") == "tables")
         assert hit["page_id"] == "wiki:syntax" and hit["language"] == "dokuwiki"
         url = "https://wiki.example.org/doku.php?id=wiki:syntax#tables"
         assert hit["url"] == url and url in text(r)

@@ -22,16 +22,22 @@ import anyio
 MAX_IN_FLIGHT = 32
 
 
+def _message(item: Any) -> Any:
+    """The JSON-RPC message a transport item carries (the SDK's ``SessionMessage.message``, a
+    plain union of the request, notification, response and error models), or None."""
+    return getattr(item, "message", None)
+
+
 def _request_id(item: Any) -> Any:
     """The JSON-RPC id of a request (``None`` for anything else)."""
-    root = getattr(getattr(item, "message", None), "root", None)
-    return getattr(root, "id", None) if hasattr(root, "method") else None
+    msg = _message(item)
+    return getattr(msg, "id", None) if hasattr(msg, "method") else None
 
 
 def _response_id(item: Any) -> Any:
     """The id a response or an error answers (``None`` for requests and notifications)."""
-    root = getattr(getattr(item, "message", None), "root", None)
-    return None if root is None or hasattr(root, "method") else getattr(root, "id", None)
+    msg = _message(item)
+    return None if msg is None or hasattr(msg, "method") else getattr(msg, "id", None)
 
 
 @asynccontextmanager
