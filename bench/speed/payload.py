@@ -45,7 +45,7 @@ async def measure(root: Path, queries: list[str]) -> dict[str, list[dict[str, fl
 
     from rag_mcp.config import load_settings
     from rag_mcp.deps import build_deps
-    from rag_mcp.search.query import QueryAnswer, QueryParams
+    from rag_mcp.search.records import QueryAnswer, QueryParams
     from rag_mcp.serve.server import build_server
 
     settings = load_settings({"root": str(root), "index_dir": str(WORK / "index")})
