@@ -85,6 +85,7 @@ def report(rows: dict[str, list[dict[str, float]]], n: int) -> str:
             f"{med('ratio'):.2f}x (max {max(r['ratio'] for r in got):.2f}x)",
             f"{med('ratio_before'):.2f}x (max {max(r['ratio_before'] for r in got):.2f}x)"])
     return (
+        "## Payload: what a client's model reads of an answer\n\n"
         "What the model reads per rag_query answer, through a real MCP session, over "
         f"{n} queries on this repository (median characters / ~tokens at 4 characters a "
         "token). Text-reading clients pass the text content on; structured-reading clients "
