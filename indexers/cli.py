@@ -307,12 +307,43 @@ def render_models(rows: list[dict[str, object]]) -> str:
     return "\n".join(out)
 
 
+def _print_status(settings: Settings, args: argparse.Namespace) -> int:
+    """``rag-index --status``: what is indexed, how stale, and any damage with its fix."""
+    from indexers.status import index_status
+
+    damaged = _damage(settings, args.verify)
+    try:
+        st = index_status(settings)
+        st["stale"] = {k: [redact_label(p) for p in v] for k, v in st["stale"].items()}
+    except (sqlite3.DatabaseError, IndexUnavailable):
+        if damaged is None:
+            raise
+        st = {"root": settings.root}  # too damaged to count: say what and how to fix
+    st["damaged"], st["verified"] = damaged, args.verify
+    print(orjson.dumps(st).decode() if args.json else render_status(st))
+    return 0
+
+
+def _print_spans(settings: Settings, args: argparse.Namespace) -> int:
+    """``rag-index --spans [PATH]``: how the chunker cut the indexed files."""
+    from indexers.status import list_spans
+
+    rows = [_shown(r) for r in list_spans(settings, args.spans or None)]
+    if args.json:
+        out = sys.stdout
+        for r in rows:
+            out.write(orjson.dumps(r).decode() + "\n")
+    else:
+        for r in rows:
+            label = r["symbol"] or r["heading"] or ""
+            print(f"{r['id']}  {r['kind']:4} {r['language']:10} {label}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="rag-index: %(message)s")
     settings: Settings | None = None
-
-
     if args.list_models:  # needs no settings: a broken config must not hide the list
         from rag_mcp.embed.catalog import listing
 
@@ -327,32 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{len(settings.roots)} repositories are configured (RAG_ROOTS / repo.roots); "
                 "pick one with --root for --status, --spans or --watch")
         if args.status:
-            from indexers.status import index_status
-
-            damaged = _damage(settings, args.verify)
-            try:
-                st = index_status(settings)
-                st["stale"] = {k: [redact_label(p) for p in v] for k, v in st["stale"].items()}
-            except (sqlite3.DatabaseError, IndexUnavailable):
-                if damaged is None:
-                    raise
-                st = {"root": settings.root}  # too damaged to count: say what and how to fix
-            st["damaged"], st["verified"] = damaged, args.verify
-            print(orjson.dumps(st).decode() if args.json else render_status(st))
-            return 0
+            return _print_status(settings, args)
         if args.spans is not None:
-            from indexers.status import list_spans
-
-            rows = [_shown(r) for r in list_spans(settings, args.spans or None)]
-            if args.json:
-                out = sys.stdout
-                for r in rows:
-                    out.write(orjson.dumps(r).decode() + "\n")
-            else:
-                for r in rows:
-                    label = r["symbol"] or r["heading"] or ""
-                    print(f"{r['id']}  {r['kind']:4} {r['language']:10} {label}")
-            return 0
+            return _print_spans(settings, args)
         if not (args.root or args.path or args.yes or os.environ.get("RAG_REPO_ROOT")
                 or os.environ.get("RAG_ROOTS") or args.config):
             _confirm_default_root(Path(settings.root))

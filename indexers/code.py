@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, NamedTuple
 
+from indexers.code_tiles import Draft, preview_of, tile
 from indexers.languages import grammar, parser_for
 from rag_mcp.index.spans import Chunk
 
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 #: bump when the spans produced for the same file change; the index rebuilds on a mismatch
 CHUNKER_VERSION = "code-3"
 
-PREVIEW_CHARS = 200
 _LEAF_KINDS = frozenset({"function", "method", "macro"})
 #: containers whose functions are not methods
 _NAMESPACE_KINDS = frozenset({"module", "namespace"})
@@ -44,8 +44,6 @@ _NAMESPACE_KINDS = frozenset({"module", "namespace"})
 _MAX_ERROR_SHARE = 0.25
 
 _TOK, _DOC, _STMT, _DEF = 0, 1, 2, 3  # item kinds; when items merge the higher kind wins
-
-_Draft = tuple[int, int, "str | None", "str | None", str, str, tuple[tuple[str, str], ...]]
 
 
 class ParseFailed(Exception):
@@ -118,7 +116,7 @@ def chunk_code(text: str, language: str, *, budget_chars: int = 1500) -> list[Ch
         drafts = layout.run(root)
     except RecursionError:
         raise ParseFailed("too_deep") from None
-    return _finish(drafts, lines)
+    return tile(drafts, lines)
 
 
 def _check_usable(found: Grammar, root: Node, lines: list[str],
@@ -151,10 +149,6 @@ def _last_row(node: Node) -> int:
     return end[0]
 
 
-def _preview(line: str) -> str:
-    return line.strip().lstrip("\ufeff")[:PREVIEW_CHARS]
-
-
 def _clean_name(raw: bytes) -> str:
     """A name as the symbol writes it: quotes and sigils off (``'fresh'``, Ruby ``:fresh``),
     whitespace collapsed, ``::`` written ``.``."""
@@ -173,7 +167,7 @@ class _Layout:
         self.offsets = list(accumulate(map(len, lines), initial=0))
         self.defs: dict[int, _Def] = {}
         self.def_spans: list[tuple[int, int, int]] = []  # (start_byte, end_byte, id), sorted
-        self.drafts: list[_Draft] = []
+        self.drafts: list[Draft] = []
         #: the file's first non-blank row (a comment there is the file's header)
         self.head = next((row for row, line in enumerate(lines) if line.strip()), 0)
 
@@ -181,7 +175,7 @@ class _Layout:
         """Characters of rows ``first..last`` with their newlines."""
         return self.offsets[last + 1] - self.offsets[first] + last + 1 - first
 
-    def run(self, root: Node) -> list[_Draft]:
+    def run(self, root: Node) -> list[Draft]:
         """Lay the file out; ``find_definitions`` must have run on the same tree."""
         self.emit_level(self.collect(root), None)
         return self.drafts
@@ -307,7 +301,7 @@ class _Layout:
         assert definition is not None
         symbol = f"{scope.symbol}.{definition.name}" if scope else definition.name
         parent = symbol.rpartition(".")[0] or None
-        signature = _preview(self.lines[definition.signature_row])
+        signature = preview_of(self.lines[definition.signature_row])
         kind = definition.kind
         if kind == "function" or kind == "method":
             # a method belongs to a type: declared in one, or named after one (`Cache::find`)
@@ -341,27 +335,27 @@ class _Layout:
                 if not context and item.first <= last and first <= item.last and not (
                     first <= item.first and item.last <= last
                 ):
-                    context = _preview(self.lines[item.first])  # a piece of a long statement
+                    context = preview_of(self.lines[item.first])  # a piece of a long statement
             if scope is None:
-                preview = self.run_preview(run, first, last)
+                preview = self.runpreview_of(run, first, last)
                 self.drafts.append((first, last, None, None, preview, context, ()))
                 continue
             if first <= scope.signature_row <= last:
                 preview = scope.signature
             else:
-                preview = self.run_preview(run, first, last)
+                preview = self.runpreview_of(run, first, last)
             meta = (("def", scope.kind),)
             self.drafts.append((first, last, scope.symbol, scope.parent, preview, context, meta))
 
-    def run_preview(self, run: list[_Item], first: int, last: int) -> str:
+    def runpreview_of(self, run: list[_Item], first: int, last: int) -> str:
         """The first line of the piece that is not a comment."""
         for item in run:
             if item.last >= first and item.kind != _DOC:
                 row = max(item.first, first)
                 if row <= last:
-                    return _preview(self.lines[row])
+                    return preview_of(self.lines[row])
                 break
-        return _preview(self.lines[first])
+        return preview_of(self.lines[first])
 
     # -- splitting units over the budget -------------------------------------------------------
 
@@ -439,36 +433,3 @@ def _absorb(into: _Item, item: _Item) -> None:
             into.nodes[:0] = item.nodes
             return
     into.nodes.extend(item.nodes)
-
-
-def _finish(drafts: list[_Draft], lines: list[str]) -> list[Chunk]:
-    """Make the drafts tile the file: sorted, disjoint, on non-blank lines, covering them all."""
-    drafts.sort(key=lambda draft: draft[0])
-    spans: list[list] = []
-    for first, last, symbol, parent, preview, context, meta in drafts:
-        if spans:
-            first = max(first, spans[-1][1] + 1)
-        while first <= last and not lines[first].strip():
-            first += 1
-        while last >= first and not lines[last].strip():
-            last -= 1
-        if first > last:
-            continue
-        if spans:
-            row = first - 1
-            while row > spans[-1][1] and not lines[row].strip():
-                row -= 1
-            spans[-1][1] = row  # stray lines no node claimed go to the span above
-        spans.append([first, last, symbol, parent, preview, context, meta])
-    head = next(row for row, line in enumerate(lines) if line.strip())
-    tail = len(lines) - 1 - next(n for n, line in enumerate(reversed(lines)) if line.strip())
-    if not spans:
-        # text the grammar saw as nothing at all (a lone BOM, zero-width spaces)
-        return [Chunk(head + 1, tail + 1, "code", preview=_preview(lines[head]))]
-    spans[0][0] = min(spans[0][0], head)
-    spans[-1][1] = max(spans[-1][1], tail)
-    return [
-        Chunk(first + 1, last + 1, "code", symbol, parent, preview=preview, context=context,
-              meta=meta)
-        for first, last, symbol, parent, preview, context, meta in spans
-    ]

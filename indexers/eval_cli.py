@@ -19,7 +19,7 @@ from rag_mcp.config import load_settings
 from rag_mcp.errors import InvalidArgument, RagError
 from rag_mcp.eval.run import evaluate, render, report_json, run_lines
 from rag_mcp.eval.sets import dump_queries, load_queries
-from rag_mcp.search.query import MAX_K
+from rag_mcp.search.records import MAX_K
 
 DESCRIPTION = """\
 Measure retrieval on your own repository: every query goes through the same path as the

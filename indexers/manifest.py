@@ -7,6 +7,7 @@ only when every part of that contract still holds; otherwise it rebuilds and say
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter
 from hashlib import sha1
@@ -15,7 +16,7 @@ from typing import Any
 
 from indexers import chunking
 from indexers.changes import ChangeSet, SkippedFiles
-from rag_mcp.config import Settings, git_head
+from rag_mcp.config import Settings
 from rag_mcp.embed import BUNDLED
 from rag_mcp.index import generation as gen
 from rag_mcp.index.spans import EMBED_TEXT_VERSION
@@ -95,3 +96,15 @@ def build(settings: Settings, *, identity: str, store_kind: str, generation: int
         "run": {k: v for k, v in run.items()
                 if k not in ("by_language", "by_kind", "skipped", "fallback")},
     }
+
+
+def git_head(root: Path) -> str | None:
+    """The current commit of a git checkout, for the manifest; None outside git."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=5, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None

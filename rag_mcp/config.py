@@ -9,9 +9,7 @@ environment variable and the flag, whichever source it came from.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import os
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -431,25 +429,3 @@ def _model_name(name: str) -> str:
         return resolve_alias(name) if name else name
     except InvalidArgument as exc:
         raise _bad(KNOBS_BY_ATTR["embed_model"], name, exc.message) from None
-
-
-def is_loopback(host: str) -> bool:
-    """True for addresses that never leave this machine (127.0.0.0/8, ::1, localhost)."""
-    if host in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def git_head(root: Path) -> str | None:
-    """The current commit of a git checkout, for the manifest; None outside git."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=5, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None

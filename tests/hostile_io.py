@@ -361,7 +361,7 @@ def reader_main(root: str, queries: int, seed: int, pause: float = 0.0) -> dict[
     from rag_mcp.index import generation as gen
     from rag_mcp.index.catalog import Catalog
     from rag_mcp.index.spans import digest
-    from rag_mcp.search.query import QueryParams
+    from rag_mcp.search.records import QueryParams
 
     s = load_settings({"root": root, "embed_model": "test-hash-64"})
     deps = hash_deps(s)

@@ -19,7 +19,8 @@ from rag_mcp.search.fusion import (
     coverage_shift,
     shift_score,
 )
-from rag_mcp.search.query import QueryParams, low_confidence_note, mostly_prose
+from rag_mcp.search.query import low_confidence_note, mostly_prose
+from rag_mcp.search.records import QueryParams
 from rag_mcp.search.retrieve import Filters, lexical_coverage
 
 HASH_MODEL = "test-hash-64"

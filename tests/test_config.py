@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 import configs
-from rag_mcp.config import KNOBS, ConfigError, Settings, defaults, is_loopback, load_settings
+from rag_mcp.config import KNOBS, ConfigError, Settings, defaults, load_settings
+from rag_mcp.serve.guard import is_loopback
 
 
 def test_every_knob_has_a_default_and_every_default_a_knob() -> None:

@@ -91,7 +91,7 @@ READER = textwrap.dedent("""
     import os, sys, time, orjson
     from rag_mcp.config import load_settings
     from rag_mcp.deps import build_deps
-    from rag_mcp.search.query import QueryParams
+    from rag_mcp.search.records import QueryParams
     from rag_mcp.embed import load_embedder
     from rag_mcp.embed.pool import EmbedderPool
     s = load_settings({"root": sys.argv[1], "embed_model": "test-hash-64"})

@@ -333,18 +333,3 @@ def test_rag_eval_tau_is_a_number_in_range_or_auto(capsys: pytest.CaptureFixture
             parse(["q.jsonl", "--tau", bad])
         assert done.value.code == 2
     assert "argument --tau" in capsys.readouterr().err
-
-
-def test_the_core_imports_neither_the_indexer_nor_the_tools() -> None:
-    """Design rule: rag_mcp (but its server) never imports indexers or tools, even lazily."""
-    core = Path(__file__).parent.parent / "rag_mcp"
-    offenders = []
-    for path in sorted(core.glob("*.py")):
-        if path.name == "server.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            offenders += [f"{path.name}: {n}" for n in names
-                          if n.split(".")[0] in ("indexers", "tools")]
-    assert offenders == []

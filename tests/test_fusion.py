@@ -231,7 +231,7 @@ def test_dense_candidates_get_their_bm25_from_a_deeper_lexical_list(
 
 def test_query_tau_setting_overrides_the_calibrated_default(
         retriever_for: Callable[..., Deps]) -> None:
-    from rag_mcp.search.query import QueryParams
+    from rag_mcp.search.records import QueryParams
 
     auto = retriever_for()
     model_tau = calibration_for(HASH_MODEL).tau

@@ -16,7 +16,7 @@ from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.index import documents
 from rag_mcp.index.spans import split_lines
-from rag_mcp.search.query import QueryParams
+from rag_mcp.search.records import QueryParams
 from rag_mcp.search.spanget import find_span
 from tests.mcp_helpers import hash_deps, in_process, text
 

@@ -85,7 +85,7 @@ def test_rag_query_previews_say_what_the_span_is(make_repo: Callable[..., Path],
     from indexers.pipeline import run_index
     from rag_mcp.config import load_settings
     from rag_mcp.deps import build_deps
-    from rag_mcp.search.query import QueryParams
+    from rag_mcp.search.records import QueryParams
 
     monkeypatch.setenv("RAG_EMBED_MODEL", "test-hash-64")
     root = make_repo({

@@ -12,7 +12,7 @@ import pytest
 from rag_mcp.config import load_settings
 from rag_mcp.deps import Deps, build_deps
 from rag_mcp.errors import InvalidArgument
-from rag_mcp.search.query import QueryParams
+from rag_mcp.search.records import QueryParams
 from rag_mcp.search.rerank import CrossEncoderReranker, load_cross_encoder, pair_text
 from rag_mcp.search.retrieve import Filters
 

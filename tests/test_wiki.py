@@ -17,7 +17,7 @@ from rag_mcp.config import Settings, load_settings
 from rag_mcp.errors import ConfigError
 from rag_mcp.index.spans import Span
 from rag_mcp.search.links import where
-from rag_mcp.search.query import QueryParams
+from rag_mcp.search.records import QueryParams
 from rag_mcp.serve.server import build_server
 from tests.mcp_helpers import answer, connect, hash_deps, in_process, text
 

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from rag_mcp.deps import Deps
 from rag_mcp.search.links import describe
-from rag_mcp.search.query import QueryAnswer, QueryParams
+from rag_mcp.search.records import QueryAnswer, QueryParams
 from tools._base import ToolSpec
 
 DESCRIPTION = (

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from rag_mcp.config import Settings
 from rag_mcp.deps import Deps
-from rag_mcp.search.query import QueryParams
+from rag_mcp.search.records import QueryParams
 from rag_mcp.search.redact import redact_label
 from rag_mcp.search.repos import qualify
 from tools import _links

@@ -43,7 +43,7 @@ from rag_mcp.embed.pool import EmbedderPool
 from rag_mcp.eval.metrics import LineSpan, score_query
 from rag_mcp.eval.run import eval_settings
 from rag_mcp.search.preview import says_nothing
-from rag_mcp.search.query import QueryParams
+from rag_mcp.search.records import QueryParams
 from rag_mcp.search.retrieve import QueryVectors
 
 BACKEND = "onnx-int8"

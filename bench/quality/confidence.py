@@ -50,7 +50,7 @@ from rag_mcp.eval.metrics import LineSpan, score_query
 from rag_mcp.eval.run import eval_settings
 from rag_mcp.index.lexical import tokenize
 from rag_mcp.search.fusion import Calibration, calibration_for, coverage_shift, logistic
-from rag_mcp.search.query import QueryParams
+from rag_mcp.search.records import QueryParams
 from rag_mcp.search.retrieve import Filters
 
 BACKEND = "onnx-int8"

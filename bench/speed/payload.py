@@ -45,7 +45,7 @@ async def measure(root: Path, queries: list[str]) -> dict[str, list[dict[str, fl
 
     from rag_mcp.config import load_settings
     from rag_mcp.deps import build_deps
-    from rag_mcp.search.query import QueryAnswer, QueryParams
+    from rag_mcp.search.records import QueryAnswer, QueryParams
     from rag_mcp.serve.server import build_server
 
     settings = load_settings({"root": str(root), "index_dir": str(WORK / "index")})
@@ -85,6 +85,7 @@ def report(rows: dict[str, list[dict[str, float]]], n: int) -> str:
             f"{med('ratio'):.2f}x (max {max(r['ratio'] for r in got):.2f}x)",
             f"{med('ratio_before'):.2f}x (max {max(r['ratio_before'] for r in got):.2f}x)"])
     return (
+        "## Payload: what a client's model reads of an answer\n\n"
         "What the model reads per rag_query answer, through a real MCP session, over "
         f"{n} queries on this repository (median characters / ~tokens at 4 characters a "
         "token). Text-reading clients pass the text content on; structured-reading clients "

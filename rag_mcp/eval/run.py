@@ -22,7 +22,8 @@ from rag_mcp.config import Settings
 from rag_mcp.errors import InvalidArgument
 from rag_mcp.eval.metrics import FileLines, LineSpan, mean, score_query
 from rag_mcp.eval.sets import EvalQuery
-from rag_mcp.search.query import QueryParams, QueryService
+from rag_mcp.search.query import QueryService
+from rag_mcp.search.records import QueryParams
 
 log = logging.getLogger("rag_mcp.eval.run")
 

@@ -11,7 +11,8 @@ from pydantic import Field
 
 from rag_mcp.errors import InvalidArgument, LLMUnavailable
 from rag_mcp.llm import SYSTEM_PROMPT, LocalLLM, build_prompt
-from rag_mcp.search.query import QueryParams, QueryService
+from rag_mcp.search.query import QueryService
+from rag_mcp.search.records import QueryParams
 from rag_mcp.search.redact import redact
 from rag_mcp.search.spanget import find_span
 

@@ -33,6 +33,7 @@ Threats, and the answer to each (docs/CLIENTS.md has the user-facing version):
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import logging
 import threading
@@ -46,7 +47,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rag_mcp.config import Settings, is_loopback
+from rag_mcp.config import Settings
 from rag_mcp.serve.auth import CONSENT_PATH
 
 log = logging.getLogger("rag_mcp.serve.http")
@@ -360,3 +361,12 @@ def _static_token_answer(path: str) -> Response | None:
                       else "invalid_request", STATIC_TOKEN)
     return None
 
+
+def is_loopback(host: str) -> bool:
+    """True for addresses that never leave this machine (127.0.0.0/8, ::1, localhost)."""
+    if host in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

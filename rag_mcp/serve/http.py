@@ -20,9 +20,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
-from rag_mcp.config import Settings, is_loopback
+from rag_mcp.config import Settings
 from rag_mcp.errors import ConfigError, RagError
-from rag_mcp.serve.guard import MCP_PATH, Auth, Guard
+from rag_mcp.serve.guard import MCP_PATH, Auth, Guard, is_loopback
 from rag_mcp.serve.http_sessions import SessionRoom
 
 if TYPE_CHECKING:

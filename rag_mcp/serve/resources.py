@@ -8,7 +8,7 @@ from typing import Any
 
 from rag_mcp.deps import Deps
 from rag_mcp.errors import RagError
-from rag_mcp.search.query import QueryParams
+from rag_mcp.search.records import QueryParams
 from rag_mcp.search.repos import Repo
 
 SEARCH_TIPS = """\
