@@ -26,7 +26,8 @@ SCHEMA = re.compile(r"^https://static\.modelcontextprotocol\.io/schemas/\d{4}-\d
                     r"server\.schema\.json$")
 #: the schema's name pattern, and the reverse-DNS namespace the registry checks on top of it
 NAME = re.compile(r"^[a-zA-Z0-9.-]+/[a-zA-Z0-9._-]+$")
-NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)+$")
+LABEL = r"[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?"
+NAMESPACE = re.compile(rf"^{LABEL}(\.{LABEL})+$")
 TOP_KEYS = {"$schema", "name", "title", "description", "version", "packages", "remotes",
             "repository", "websiteUrl", "icons", "_meta"}
 PACKAGE_KEYS = {"registryType", "registryBaseUrl", "identifier", "version", "fileSha256",
