@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import IO
 
@@ -36,12 +37,13 @@ def _send(stdin: IO[bytes], message: dict[str, object]) -> None:
     stdin.flush()
 
 
-def _spawn(state: str) -> subprocess.Popen[bytes]:
-    """A server in ``state``, past its handshake."""
+def _spawn(state: str, stderr: IO[bytes]) -> subprocess.Popen[bytes]:
+    """A server in ``state``, past its handshake; its stderr goes to a file (a pipe nobody
+    reads could fill up and block it)."""
     env = {**os.environ, "RAG_LOG_DIR": str(WORK / "stop-logs")}
     proc = subprocess.Popen([*server_command(None), "serve", "--root", str(ROOT)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                            env=env)
     assert proc.stdin is not None and proc.stdout is not None
     _send(proc.stdin, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
@@ -61,22 +63,29 @@ def _spawn(state: str) -> subprocess.Popen[bytes]:
 
 def one_stop(state: str, way: str) -> float:
     """Seconds from the stop to the exit of a server in ``state``."""
-    proc = _spawn(state)
-    assert proc.stdin is not None and proc.stderr is not None
+    with tempfile.TemporaryFile() as stderr:
+        elapsed, code = _stop(_spawn(state, stderr), way)
+        stderr.seek(0)
+        err = stderr.read().decode(errors="replace")
+    if code != 0 or err:
+        raise SystemExit(f"{way} in state {state!r}: exit {code}, stderr:\n{err[-2000:]}")
+    return elapsed
+
+
+def _stop(proc: subprocess.Popen[bytes], way: str) -> tuple[float, int | None]:
+    assert proc.stdin is not None
     t0 = time.perf_counter()
     if way == "stdin closed":
         proc.stdin.close()
     else:
         proc.send_signal(signal.SIGINT if way == "SIGINT" else signal.SIGTERM)
     try:
-        code = proc.wait(timeout=60)
+        code: int | None = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        code = None  # reported as a failure, with its stderr
     finally:
         proc.kill()
-    elapsed = time.perf_counter() - t0
-    err = proc.stderr.read().decode()
-    if code != 0 or err:
-        raise SystemExit(f"{way} in state {state!r}: exit {code}, stderr:\n{err[-2000:]}")
-    return elapsed
+    return time.perf_counter() - t0, code
 
 
 def main(argv: list[str] | None = None) -> int:
