@@ -73,7 +73,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     house = _wheelhouse()
     out = tmp_path_factory.mktemp("dist")
     home = tmp_path_factory.mktemp("build-home")
-    _run([uv, "build", "--wheel", "--offline", "--no-index", "--find-links", str(house),
+    # sdist first, then the wheel from it (uv build's default): a stale build/ folder in the
+    # checkout cannot leak into the wheel
+    _run([uv, "build", "--offline", "--no-index", "--find-links", str(house),
           "--out-dir", str(out), str(REPO)], _env(home), cwd=home)
     wheels = sorted(out.glob("rag_mcp_local-*.whl"))
     assert len(wheels) == 1, wheels
