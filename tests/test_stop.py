@@ -1,7 +1,7 @@
 """How a stdio server ends: clients stop it by closing stdin, or with SIGINT then SIGTERM
 (Claude Code sends SIGTERM 100 ms after SIGINT). Each way it exits 0 at once, with nothing on
 stderr, whether the model is still loading or a query has run. How fast is measured by
-bench/speed/transport.py, not asserted here."""
+bench/speed/stop.py, not asserted here."""
 
 from __future__ import annotations
 

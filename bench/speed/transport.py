@@ -51,9 +51,13 @@ REFERENCE_MS = {"stdio": 17.9, "http": 113.0}
 TARGET_MS = {"stdio": 2.0, "http": 5.0}
 
 
-#: the official TypeScript SDK (what Node-based assistants embed), installed by `make test`
-#: with the MCP Inspector (tests/test_inspector.py)
-TS_SDK = ROOT / ".cache" / "inspector" / "node_modules" / "@modelcontextprotocol" / "sdk"
+#: the official TypeScript SDK's client (what Node-based assistants embed), installed by
+#: `make test` with the MCP Inspector 2.x (tests/test_inspector.py); an older checkout's 1.x
+#: single package (Inspector 0.x) when only that one is there
+_NODE_MODULES = ROOT / ".cache" / "inspector2" / "node_modules" / "@modelcontextprotocol"
+TS_SDK = next((p for p in (_NODE_MODULES / "client",
+                           ROOT / ".cache" / "inspector" / "node_modules" / "@modelcontextprotocol"
+                           / "sdk") if (p / "package.json").is_file()), _NODE_MODULES / "client")
 TS_CLIENT = ROOT / "bench" / "speed" / "transport_client.mjs"
 
 

@@ -10,15 +10,22 @@
 // Prints one JSON object: {"<NAME> <tool>": [ms, ...], ...}, after 20 untimed calls of each
 // kind per session. Calls go through Client.callTool after listTools, as a client does: the
 // result is checked against the tool's output schema with the validator the SDK compiled once.
+//
+// SDK_DIR is either the 2.x client package (node_modules/@modelcontextprotocol/client, which the
+// MCP Inspector 2.x brings) or the 1.x single package (node_modules/@modelcontextprotocol/sdk).
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
 const [sdkDir, specJson] = process.argv.slice(2);
 const spec = JSON.parse(specJson);
-const load = (rel) => import(pathToFileURL(join(sdkDir, "dist", "esm", rel)).href);
-const { Client } = await load("client/index.js");
-const { StdioClientTransport } = await load("client/stdio.js");
-const { StreamableHTTPClientTransport } = await load("client/streamableHttp.js");
+const load = (...rel) => import(pathToFileURL(join(sdkDir, "dist", ...rel)).href);
+const v1 = existsSync(join(sdkDir, "dist", "esm", "client", "index.js"));
+const { Client, StreamableHTTPClientTransport } = v1
+  ? { ...(await load("esm", "client", "index.js")),
+      ...(await load("esm", "client", "streamableHttp.js")) }
+  : await load("index.mjs");
+const { StdioClientTransport } = await (v1 ? load("esm", "client", "stdio.js") : load("stdio.mjs"));
 
 async function open(transport) {
   const client = new Client({ name: "rag-mcp-bench", version: "1" }, { capabilities: {} });
@@ -39,7 +46,7 @@ async function block(name, client, tool, args, n, keep) {
     const t0 = process.hrtime.bigint();
     const r = await client.callTool({ name: tool, arguments: args });
     const ms = Number(process.hrtime.bigint() - t0) / 1e6;
-    if (r.is_error) throw new Error(`${tool} over ${name} failed: ${JSON.stringify(r.content)}`);
+    if (r.isError) throw new Error(`${tool} over ${name} failed: ${JSON.stringify(r.content)}`);
     if (keep) (times[`${name} ${tool}`] ??= []).push(ms);
   }
 }
