@@ -209,9 +209,7 @@ def _digest_files(stamp: tuple[tuple[str, int, int, int, int], ...]) -> str:
     root = os.path.commonpath([f[0] for f in stamp])
     for name, *_ in stamp:
         h.update(os.path.relpath(name, root).encode() + b"\x00")
-        with open(name, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
+        catalog.feed_file(h, Path(name))
     return h.hexdigest()
 
 
@@ -224,25 +222,13 @@ def _remembered_digest(stamp: tuple[tuple[str, int, int, int, int], ...], memo: 
     found. An unreadable or unwritable memo only means hashing again.
     """
     key = hashlib.sha256(repr(stamp).encode()).hexdigest()
-    try:
-        known = json.loads(memo.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        known = {}
-    if not isinstance(known, dict):
-        known = {}
-    found = known.get(key)
-    if isinstance(found, str) and re.fullmatch(r"[0-9a-f]{64}", found):
+    known = catalog.read_memo(memo)
+    found = known.pop(key, None)
+    if found is not None and re.fullmatch(r"[0-9a-f]{64}", found):
         return found
     digest = _digest_files(stamp)
-    known.pop(key, None)
-    entries = [*[(k, v) for k, v in known.items() if isinstance(v, str)], (key, digest)]
-    tmp = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(dict(entries[-_MEMO_ENTRIES:])), encoding="utf-8")
-        os.replace(tmp, memo)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    entries = [*known.items(), (key, digest)]
+    catalog.write_memo(memo, dict(entries[-_MEMO_ENTRIES:]))
     return digest
 
 
