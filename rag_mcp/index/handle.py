@@ -307,10 +307,6 @@ class IndexHandle:
         never opens anything, so it is safe on an event loop."""
         return self._open_at(gen.pointer_stamp(self.base))
 
-    def peek(self) -> OpenIndex | None:
-        """The open generation without checking for a newer one (health, stats)."""
-        return self._open
-
     def close(self) -> None:
         with self._lock:
             for old in self._retired:
