@@ -10,6 +10,7 @@ from pydantic import Field
 from rag_mcp.deps import Deps
 from rag_mcp.search.links import describe
 from rag_mcp.search.records import QueryAnswer, QueryParams
+from rag_mcp.search.repos import qualify
 from tools._base import ToolSpec
 
 DESCRIPTION = (
@@ -182,7 +183,7 @@ def log_fields(params: dict[str, Any], r: QueryAnswer | None) -> dict[str, Any]:
         if r.unavailable:
             out["unavailable"] = sorted(r.unavailable)
         # with several repositories an ID names its repository first, as search's IDs do
-        out["spans"] = [f"{h.repo}:{h.id}" if r.generations is not None else h.id
+        out["spans"] = [qualify(h.repo, h.id) if r.generations is not None else h.id
                         for h in r.hits]
     return out
 
