@@ -252,7 +252,6 @@ class IndexHandle:
         self._error: IndexUnavailable | None = None
         self._error_stamp: Any = None
         self._error_at = 0.0
-        self.reloads = 0
 
     def _unavailable(self, why: str) -> IndexUnavailable:
         return IndexUnavailable(
@@ -297,7 +296,6 @@ class IndexHandle:
                     old.close()
                 self._retired = [cur]
             self._open = fresh
-            self.reloads += 1
             log.info("opened index generation %d (%d spans)", fresh.generation,
                      fresh.counts["spans"])
             return fresh
