@@ -78,7 +78,8 @@ def resolve_model(model: str, cache_dir: Path | None = None) -> Path:
         if not (local / "config.json").is_file() and not (local / "modules.json").is_file():
             raise InvalidArgument(
                 f"{local} is not a sentence-transformers model folder (no modules.json or "
-                "config.json)")
+                "config.json); point embed.model (env RAG_EMBED_MODEL, flag --model) at the "
+                "folder that holds them, or use a name `rag-index --list-models` shows")
         return local.resolve()
     if model.startswith((".", "~", "/")) or "\\" in model or model.count("/") > 1:
         raise _not_found(model)
@@ -117,7 +118,8 @@ def read_json(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise InvalidArgument(f"cannot read {path}: {exc}") from None
+        raise InvalidArgument(f"cannot read {path}: {exc}; repair or replace the model "
+                              "folder, or choose another model (embed.model)") from None
 
 
 def read_modules(path: Path) -> list[dict[str, Any]]:
@@ -240,7 +242,9 @@ def weights_digest(path: Path, cache_dir: Path | None = None) -> str:
     """
     files = _weight_files(path)
     if not files:
-        raise InvalidArgument(f"model folder {path} holds no weights or configuration")
+        raise InvalidArgument(f"model folder {path} holds no weights or configuration; point "
+                              "embed.model at a sentence-transformers folder, or use a name "
+                              "`rag-index --list-models` shows")
     stats = [(str(p), p.stat()) for p in files]
     stamp = tuple((name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
                   for name, st in stats)
