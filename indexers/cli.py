@@ -386,6 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif not args.quiet:
                 print(render_summary(stats))
         return 0
+    except BrokenPipeError:  # an OSError: before the storage errors (`--spans --json | head`)
+        return 0
     except (OSError, sqlite3.OperationalError) as exc:
         err = _storage_error(exc, settings)
         if err is None:
@@ -395,8 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RagError as exc:
         # A store that failed to write says why only in its cause (Chroma: "database or disk
         # is full"): name the disk's state and the fix instead.
-        cause = next((c for c in _causes(exc) if _storage_error(c, settings)), None)
-        err = _storage_error(cause, settings) if cause is not None else None
+        err = next(filter(None, (_storage_error(c, settings) for c in _causes(exc))), None)
         exc = err or exc
         print(f"rag-index: {exc.code}: {exc.message}", file=sys.stderr)
         return exc.exit_code
@@ -404,8 +405,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("rag-index: interrupted; the index is unchanged and the vectors computed so far "
               "are kept: run it again to resume", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,7 +25,7 @@ import numpy as np
 
 MAX_ROWS = 500_000  # ~800 MB of 384-dimension vectors
 
-log = logging.getLogger("rag_mcp.embcache")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 

@@ -14,15 +14,6 @@ E_INDEX_UNAVAILABLE = "E_INDEX_UNAVAILABLE"
 E_LLM_UNAVAILABLE = "E_LLM_UNAVAILABLE"
 E_INTERNAL = "E_INTERNAL"
 
-ALL_CODES = (
-    E_INVALID_ARGUMENT,
-    E_NOT_FOUND,
-    E_STALE,
-    E_INDEX_UNAVAILABLE,
-    E_LLM_UNAVAILABLE,
-    E_INTERNAL,
-)
-
 
 class RagError(Exception):
     """Base of every error rag-mcp raises on purpose; ``code`` is stable, ``message`` actionable."""

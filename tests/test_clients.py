@@ -210,3 +210,14 @@ def test_written_config_does_not_make_the_index_stale(repo: Settings, tmp_path: 
         assert staleness(repo, catalog.files()).count == 0, written
     finally:
         catalog.close()
+
+
+def test_every_config_written_into_a_repository_is_one_the_walker_skips(tmp_path: Path) -> None:
+    """The walker's ``client_config`` list (indexers cannot import serve) names every file
+    ``config --write`` may put inside a repository, so a new client cannot be forgotten there."""
+    from indexers.walk import CLIENT_CONFIGS
+
+    root, home = tmp_path / "repo", tmp_path / "home"
+    targets = [c.target(root, home) for c in clients.CLIENTS.values()]
+    inside = {t.relative_to(root).as_posix() for t in targets if t.is_relative_to(root)}
+    assert inside and inside <= CLIENT_CONFIGS, inside - CLIENT_CONFIGS

@@ -50,6 +50,23 @@ def test_index_then_status_and_spans(sample_repo: Path, capsys: pytest.CaptureFi
         assert {"id", "path", "start_line", "end_line", "kind", "language", "symbol"} <= set(r)
 
 
+def test_a_reader_that_stops_early_is_no_error(sample_repo: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rag-index --spans --json | head`: a closed pipe ends the listing quietly, exit 0 (a
+    BrokenPipeError is an OSError, which must not be taken for a failure to write the index)."""
+    assert rag_index(["--root", str(sample_repo), "--model", HASH, "-q"]) == 0
+
+    class ClosedPipe:
+        def write(self, _text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("sys.stdout", ClosedPipe())
+    assert rag_index(["--root", str(sample_repo), "--model", HASH, "--spans", "--json"]) == 0
+
+
 def test_ids_are_the_exact_text_digests_and_cover_the_files(sample_repo: Path) -> None:
     s = settings_for(sample_repo)
     run_index(s)

@@ -204,6 +204,8 @@ async def test_every_call_is_logged(indexed: Settings) -> None:
     assert q["client"]["name"] and "text" not in q and "hits" not in q
     assert lines[1]["error"] == "E_NOT_FOUND" and lines[1]["span_id"].startswith("nope")
     assert lines[3]["error"] == "E_INVALID_ARGUMENT"
+    # a call the SDK refuses before the tool runs is logged with the same fields
+    assert all(x["root"] == indexed.root for x in lines) and "query" in lines[3]
 
 
 async def test_the_structured_answer_is_lean(indexed: Settings) -> None:

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from rag_mcp.deps import Deps
 from rag_mcp.search.answer import MAX_SPAN_IDS, LocalAnswer, answer_locally
+from rag_mcp.search.records import MAX_K
 from tools._base import ToolSpec
 
 DESCRIPTION = (
@@ -20,7 +21,7 @@ def local_llm_rag_query(
     deps: Deps,
     question: Annotated[str, Field(description="The question to answer", min_length=1,
                                    max_length=8192)],
-    k: Annotated[int, Field(ge=1, le=20, description="Spans to retrieve")] = 5,
+    k: Annotated[int, Field(ge=1, le=MAX_K, description="Spans to retrieve")] = 5,
     span_ids: Annotated[list[str] | None, Field(
         description="Use these spans (IDs from rag_query) instead of retrieving",
         max_length=MAX_SPAN_IDS)] = None,

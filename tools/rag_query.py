@@ -9,7 +9,8 @@ from pydantic import Field
 
 from rag_mcp.deps import Deps
 from rag_mcp.search.links import describe
-from rag_mcp.search.records import QueryAnswer, QueryParams
+from rag_mcp.search.records import MAX_K, QueryAnswer, QueryParams
+from rag_mcp.search.repos import qualify
 from tools._base import ToolSpec
 
 DESCRIPTION = (
@@ -105,8 +106,9 @@ def rag_query(
         description="What you are looking for: a question, a description of behaviour, or exact "
                     "identifiers (e.g. 'where are span IDs parsed', 'HTTPError')",
         min_length=1, max_length=8192)],
-    k: Annotated[int, Field(ge=1, le=20, description="How many spans to return (max 20; the "
-                                                     "server's budget may return fewer)")] = 5,
+    k: Annotated[int, Field(ge=1, le=MAX_K, description=f"How many spans to return (max "
+                                                        f"{MAX_K}; the server's budget may "
+                                                        "return fewer)")] = 5,
     tau: Annotated[float | None, Field(
         ge=0.0, le=1.0, description="Confidence threshold in [0, 1]; omit for the calibrated "
                                     "default")] = None,
@@ -182,7 +184,7 @@ def log_fields(params: dict[str, Any], r: QueryAnswer | None) -> dict[str, Any]:
         if r.unavailable:
             out["unavailable"] = sorted(r.unavailable)
         # with several repositories an ID names its repository first, as search's IDs do
-        out["spans"] = [f"{h.repo}:{h.id}" if r.generations is not None else h.id
+        out["spans"] = [qualify(h.repo, h.id) if r.generations is not None else h.id
                         for h in r.hits]
     return out
 

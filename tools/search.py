@@ -3,10 +3,11 @@
 ChatGPT connectors and deep research call a tool named ``search`` with one ``query`` string and
 read exactly one text content item whose text is the JSON object ``{"results": [{"id", "title",
 "url"}]}`` (https://platform.openai.com/docs/mcp, "search tool"; docs/CLIENTS.md). The IDs are
-our span IDs, which ``fetch`` accepts; the URL is a web permalink of the span's lines
-(``tools/_links.py``), or empty: never a ``file://`` link, which opens nothing for ChatGPT. When the
-server serves several repositories an ID names its repository first, ``repo:path:start-end:digest``
-(repository names hold no ':').
+our span IDs, which ``fetch`` accepts; the URL is the span's page on the wiki or docs site when
+``links.*`` configures one (``rag_mcp.search.links``), else a web permalink of its lines
+(``tools/_links.py``), else empty: never a ``file://`` link, which opens nothing for ChatGPT.
+When the server serves several repositories an ID names its repository first,
+``repo:path:start-end:digest`` (repository names hold no ':').
 """
 
 from __future__ import annotations

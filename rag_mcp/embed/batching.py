@@ -69,6 +69,11 @@ class TokenCounter:
     def count(self, texts: Sequence[str]) -> list[int]:
         return [len(e.ids) for e in self.full.encode_batch_fast(self._prep(texts))]
 
+    def prefix_tokens(self, prefix: str) -> int:
+        """Tokens ``prefix`` puts before a text (the special tokens around it not counted): a
+        span read to N tokens still gets N of its own, the prefix coming on top."""
+        return len(self.encode([prefix])[0]) - 2 if prefix else 0
+
     def encode(self, texts: Sequence[str], limit: int = 0) -> list[list[int]]:
         """Token ids of each text, truncated to the model's window (or to ``limit`` tokens when
         that is shorter, the closing special token kept), unpadded."""

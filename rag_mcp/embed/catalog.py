@@ -26,6 +26,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rag_mcp.errors import InvalidArgument
 
@@ -59,11 +60,6 @@ class Entry:
     good_for: str
     licence: str
     size_mb: int
-
-    @property
-    def folder(self) -> str:
-        """The folder (inside the distribution) that holds the weights."""
-        return self.files[0][0].rsplit("/", 1)[0]
 
     @property
     def install(self) -> str:
@@ -124,7 +120,7 @@ def resolve_alias(name: str) -> str:
     if name.strip().lower() == "multilingual":
         for cand in MULTILINGUAL:
             entry = _BY_NAME[cand]
-            if installed_version(entry) == entry.version:
+            if available(entry):
                 return entry.name
         first = _BY_NAME[MULTILINGUAL[0]]
         raise InvalidArgument(
@@ -185,32 +181,48 @@ def file_sha256(path: Path, cache_dir: Path | None = None) -> str:
     st = path.stat()
     key = f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
     memo = Path(cache_dir) / VERIFIED_MEMO if cache_dir is not None else None
-    known: dict[str, str] = {}
-    if memo is not None:
-        try:
-            loaded = json.loads(memo.read_text(encoding="utf-8"))
-            known = loaded if isinstance(loaded, dict) else {}
-        except (OSError, ValueError):
-            known = {}
-        found = known.get(key)
-        if isinstance(found, str) and len(found) == 64:
-            return found
+    known = read_memo(memo) if memo is not None else {}
+    found = known.get(key)
+    if found is not None and len(found) == 64:
+        return found
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
+    feed_file(h, path)
     digest = h.hexdigest()
     if memo is not None:
         known = {k: v for k, v in known.items() if not k.startswith(f"{path}|")}
         known[key] = digest
-        tmp = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
-        try:
-            memo.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(known), encoding="utf-8")
-            os.replace(tmp, memo)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        write_memo(memo, known)
     return digest
+
+
+def feed_file(h: Any, path: Path) -> None:
+    """Add the bytes of ``path`` to the hash ``h``, a megabyte at a time."""
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+
+
+def read_memo(memo: Path) -> dict[str, str]:
+    """A memo of earlier hashing results (``VERIFIED_MEMO``, ``models.DIGEST_MEMO``); a missing,
+    unreadable or damaged one is empty, which only means hashing again."""
+    try:
+        known = json.loads(memo.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(known, dict):
+        return {}
+    return {k: v for k, v in known.items() if isinstance(v, str)}
+
+
+def write_memo(memo: Path, known: dict[str, str]) -> None:
+    """Replace the memo atomically; a failed write only means hashing again next time."""
+    tmp = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(known), encoding="utf-8")
+        os.replace(tmp, memo)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def listing() -> list[dict[str, object]]:

@@ -78,7 +78,8 @@ def resolve_model(model: str, cache_dir: Path | None = None) -> Path:
         if not (local / "config.json").is_file() and not (local / "modules.json").is_file():
             raise InvalidArgument(
                 f"{local} is not a sentence-transformers model folder (no modules.json or "
-                "config.json)")
+                "config.json); point embed.model (env RAG_EMBED_MODEL, flag --model) at the "
+                "folder that holds them, or use a name `rag-index --list-models` shows")
         return local.resolve()
     if model.startswith((".", "~", "/")) or "\\" in model or model.count("/") > 1:
         raise _not_found(model)
@@ -117,7 +118,8 @@ def read_json(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise InvalidArgument(f"cannot read {path}: {exc}") from None
+        raise InvalidArgument(f"cannot read {path}: {exc}; repair or replace the model "
+                              "folder, or choose another model (embed.model)") from None
 
 
 def read_modules(path: Path) -> list[dict[str, Any]]:
@@ -209,9 +211,7 @@ def _digest_files(stamp: tuple[tuple[str, int, int, int, int], ...]) -> str:
     root = os.path.commonpath([f[0] for f in stamp])
     for name, *_ in stamp:
         h.update(os.path.relpath(name, root).encode() + b"\x00")
-        with open(name, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
+        catalog.feed_file(h, Path(name))
     return h.hexdigest()
 
 
@@ -224,25 +224,13 @@ def _remembered_digest(stamp: tuple[tuple[str, int, int, int, int], ...], memo: 
     found. An unreadable or unwritable memo only means hashing again.
     """
     key = hashlib.sha256(repr(stamp).encode()).hexdigest()
-    try:
-        known = json.loads(memo.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        known = {}
-    if not isinstance(known, dict):
-        known = {}
-    found = known.get(key)
-    if isinstance(found, str) and re.fullmatch(r"[0-9a-f]{64}", found):
+    known = catalog.read_memo(memo)
+    found = known.pop(key, None)
+    if found is not None and re.fullmatch(r"[0-9a-f]{64}", found):
         return found
     digest = _digest_files(stamp)
-    known.pop(key, None)
-    entries = [*[(k, v) for k, v in known.items() if isinstance(v, str)], (key, digest)]
-    tmp = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(dict(entries[-_MEMO_ENTRIES:])), encoding="utf-8")
-        os.replace(tmp, memo)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    entries = [*known.items(), (key, digest)]
+    catalog.write_memo(memo, dict(entries[-_MEMO_ENTRIES:]))
     return digest
 
 
@@ -254,7 +242,9 @@ def weights_digest(path: Path, cache_dir: Path | None = None) -> str:
     """
     files = _weight_files(path)
     if not files:
-        raise InvalidArgument(f"model folder {path} holds no weights or configuration")
+        raise InvalidArgument(f"model folder {path} holds no weights or configuration; point "
+                              "embed.model at a sentence-transformers folder, or use a name "
+                              "`rag-index --list-models` shows")
     stats = [(str(p), p.stat()) for p in files]
     stamp = tuple((name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
                   for name, st in stats)

@@ -74,9 +74,7 @@ class OnnxEmbedder:
         self._batch = batch_size
         self._tok = TokenCounter(spec)
         self._query_prefix, self._passage_prefix = spec.query_prefix, spec.passage_prefix
-        # a span read to N tokens still gets N of its own: the prefix comes on top
-        self._prefix_tokens = (len(self._tok.encode([spec.passage_prefix])[0]) - 2
-                               if spec.passage_prefix else 0)
+        self._prefix_tokens = self._tok.prefix_tokens(spec.passage_prefix)
         try:
             self._sess = session(onnx_file, threads)
         except Exception as exc:  # ORT raises its own untyped errors

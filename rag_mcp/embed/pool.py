@@ -25,7 +25,6 @@ class EmbedderPool:
         self._factory = factory
         self._models: dict[tuple[str, str], Embedder] = {}
         self._lock = threading.Lock()
-        self.load_seconds: float | None = None
 
     def for_manifest(self, manifest: dict[str, Any]) -> Embedder:
         model = str(manifest.get("model") or self.settings.embed_model)
@@ -44,10 +43,9 @@ class EmbedderPool:
                     got = load_embedder(model, backend, cache_dir=self.settings.model_cache_path,
                                         threads=self.settings.embed_threads,
                                         batch_size=self.settings.embed_batch)
-                self.load_seconds = time.perf_counter() - t0
                 self._models[key] = got
                 log.info("loaded embedding model %s (%s) in %.2f s", model, backend,
-                         self.load_seconds)
+                         time.perf_counter() - t0)
         return got
 
     def for_settings(self, settings: Settings) -> Embedder:

@@ -37,9 +37,7 @@ class TorchEmbedder:
         self._tok = TokenCounter(spec)
         self._batch = batch_size
         self._query_prefix, self._passage_prefix = spec.query_prefix, spec.passage_prefix
-        # as in the ONNX backends: a span read to N tokens gets N of its own after the prefix
-        self._prefix_tokens = (len(self._tok.encode([spec.passage_prefix])[0]) - 2
-                               if spec.passage_prefix else 0)
+        self._prefix_tokens = self._tok.prefix_tokens(spec.passage_prefix)
         # the window is a setting of the model object, so a call that reads less holds the lock
         self._window_lock = threading.Lock()
 

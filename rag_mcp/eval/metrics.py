@@ -24,7 +24,6 @@ from dataclasses import dataclass
 KS = (1, 3, 5, 10)
 ORDER = ("MRR@10", "hit@1", "hit@3", "hit@5", "hit@10", "nDCG@10", "P@1", "P@3", "recall@5",
          "recall@10", "lines@5", "lines@10", "tok@5", "file_tok@5", "tok@10", "file_tok@10")
-COST = ("lines@", "tok@", "file_tok@")
 CHARS_PER_TOKEN = 4.0
 
 

@@ -225,18 +225,6 @@ class Catalog:
         with self._lock:
             return {r[0] for r in self._db.execute("SELECT DISTINCT emb_key FROM spans")}
 
-    def referenced(self, keys: Iterable[str]) -> set[str]:
-        """The subset of ``keys`` still used by some span."""
-        keys = list(keys)
-        out: set[str] = set()
-        with self._lock:
-            for i in range(0, len(keys), 500):
-                chunk = keys[i : i + 500]
-                marks = ",".join("?" * len(chunk))
-                q = f"SELECT DISTINCT emb_key FROM spans WHERE emb_key IN ({marks})"
-                out.update(r[0] for r in self._db.execute(q, chunk))
-        return out
-
     def _select(self, where: str, params: Sequence[object]) -> list[SpanRow]:
         with self._lock:
             rows = self._db.execute(f"SELECT {_SPAN_COLS} FROM spans WHERE {where}",

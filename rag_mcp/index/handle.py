@@ -252,7 +252,6 @@ class IndexHandle:
         self._error: IndexUnavailable | None = None
         self._error_stamp: Any = None
         self._error_at = 0.0
-        self.reloads = 0
 
     def _unavailable(self, why: str) -> IndexUnavailable:
         return IndexUnavailable(
@@ -297,7 +296,6 @@ class IndexHandle:
                     old.close()
                 self._retired = [cur]
             self._open = fresh
-            self.reloads += 1
             log.info("opened index generation %d (%d spans)", fresh.generation,
                      fresh.counts["spans"])
             return fresh
@@ -306,10 +304,6 @@ class IndexHandle:
         """The open generation if it is still the published one (one ``stat``), else None:
         never opens anything, so it is safe on an event loop."""
         return self._open_at(gen.pointer_stamp(self.base))
-
-    def peek(self) -> OpenIndex | None:
-        """The open generation without checking for a newer one (health, stats)."""
-        return self._open
 
     def close(self) -> None:
         with self._lock:

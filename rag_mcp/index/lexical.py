@@ -97,10 +97,11 @@ class LexicalIndex:
                 if src.is_file() and not src.name.endswith(".lock"):
                     shutil.copyfile(src, tmp / src.name)
                     want = (checksums or {}).get(prefix + src.name)
-                    if want is not None and not want.startswith("size:") and want != (
-                            hashlib.file_digest((tmp / src.name).open("rb"), "sha256")
-                            .hexdigest()):
-                        raise ValueError(f"{src.name} changed while it was read")
+                    if want is None or want.startswith("size:"):
+                        continue
+                    with (tmp / src.name).open("rb") as fh:
+                        if hashlib.file_digest(fh, "sha256").hexdigest() != want:
+                            raise ValueError(f"{src.name} changed while it was read")
             index = cls(tmp)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

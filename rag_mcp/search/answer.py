@@ -44,15 +44,16 @@ def answer_locally(queries: QueryService, llm: LocalLLM | None, question: str, *
     t0 = time.perf_counter()
     q = question.strip() if isinstance(question, str) else ""
     if not q:
-        raise InvalidArgument("question is empty")
+        raise InvalidArgument("question is empty; ask about the code or docs in a sentence")
     max_chars = queries.s.max_query_chars
     if len(q) > max_chars:
-        raise InvalidArgument(f"question is too long (max {max_chars:,} characters)")
+        raise InvalidArgument(f"question is too long ({len(q):,} characters, max {max_chars:,}); "
+                              "shorten it to the key names and words")
     spans: list[tuple[str, str]] = []
     redactions = 0
     if span_ids:
         if len(span_ids) > MAX_SPAN_IDS:
-            raise InvalidArgument(f"at most {MAX_SPAN_IDS} span_ids")
+            raise InvalidArgument(f"at most {MAX_SPAN_IDS} span_ids; pass the ones worth reading")
         for sid in span_ids:
             r = find_span(list(queries.repos.values()), sid)  # redacted; in every served repo
             spans.append((r.id, r.text))

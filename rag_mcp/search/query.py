@@ -86,21 +86,21 @@ class QueryService:
         return {"entries": size, "hits": self.cache_hits, "misses": self.cache_misses,
                 "query_vectors_cached": sum(q.hits for q in vectors.values())}
 
-    def validate(self, p: QueryParams) -> QueryParams:
+    def _validate(self, p: QueryParams) -> tuple[QueryParams, Filters, list[Repo]]:
+        """The parameters normalised (the memo key), their filters and the repositories named."""
         q = normalize_query(p.query, self.s.max_query_chars)
         if isinstance(p.k, bool) or not isinstance(p.k, int) or not 1 <= p.k <= MAX_K:
             raise InvalidArgument(f"k must be an integer from 1 to {MAX_K}")
         if p.tau is not None and not (0.0 <= float(p.tau) <= 1.0):
             raise InvalidArgument("tau must be between 0 and 1 (or omitted for the default)")
-        Filters.build(p.kind, p.path, p.language)  # raises on a bad filter
-        repo = select(list(self.repos), p.repo)
-        return replace(p, query=q, repo=None if len(repo) == len(self.repos) else tuple(repo))
+        filters = Filters.build(p.kind, p.path, p.language)
+        names = select(list(self.repos), p.repo)
+        p = replace(p, query=q, repo=None if len(names) == len(self.repos) else tuple(names))
+        return p, filters, [self.repos[n] for n in names]
 
     def query(self, params: QueryParams) -> QueryAnswer:
         t0 = time.perf_counter()
-        p = self.validate(params)
-        filters = Filters.build(p.kind, p.path, p.language)
-        chosen = [self.repos[n] for n in select(list(self.repos), p.repo)]
+        p, filters, chosen = self._validate(params)
         live, unavailable = self._open(chosen)
         key = self._key(p, filters, live, unavailable)
         answer = self._lookup(key, live)

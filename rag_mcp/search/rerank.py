@@ -88,7 +88,6 @@ class CrossEncoderReranker:
         self._error: RagError | None = None
         self._lock = threading.Lock()
         self.batch_size = batch_size
-        self.load_seconds: float | None = None
 
     def scorer(self) -> PairScorer:
         with self._lock:
@@ -101,8 +100,7 @@ class CrossEncoderReranker:
                 except RagError as exc:
                     self._error = exc  # a missing model stays missing: do not retry per query
                     raise
-                self.load_seconds = time.perf_counter() - t0
-                log.info("loaded reranker %s in %.1f s", self.model, self.load_seconds)
+                log.info("loaded reranker %s in %.1f s", self.model, time.perf_counter() - t0)
             return self._scorer
 
     def texts(self, hits: Sequence[Hit]) -> list[str]:

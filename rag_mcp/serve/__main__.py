@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.errors import RagError
+from rag_mcp.errors import InvalidArgument, RagError
 
 EPILOG = """\
 commands:
@@ -115,8 +115,7 @@ def _stats(settings: Settings, args: argparse.Namespace) -> int:
     from rag_mcp.logstats import parse_since, render, summarize
 
     if args.top < 1:
-        print("rag-mcp: --top must be at least 1", file=sys.stderr)
-        return 2
+        raise InvalidArgument("--top must be at least 1")
     s = summarize(settings.log_path, since=parse_since(args.since), top=args.top)
     print(json.dumps(asdict(s), indent=2, ensure_ascii=False) if args.json else render(s))
     return 0
@@ -172,12 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rag_mcp.serve.clients import client_config
 
             return client_config(settings, args.client, write=args.write)
+        if not args.http and (args.auth or args.public_url or args.connector_tools):
+            raise InvalidArgument("--auth, --public-url and --connector-tools apply to --http "
+                                  "only: add --http, or leave them out for stdio")
         from rag_mcp.serve.server import serve
 
-        if not args.http and (args.auth or args.public_url or args.connector_tools):
-            print("rag-mcp: --auth, --public-url and --connector-tools apply to --http only",
-                  file=sys.stderr)
-            return 2
         if not args.http:
             _protect_stdout()
             _stop_on_signals()

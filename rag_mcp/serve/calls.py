@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -18,7 +17,7 @@ from pydantic import TypeAdapter
 
 from rag_mcp.errors import E_INTERNAL, RagError
 from rag_mcp.search.redact import redact
-from rag_mcp.serve.sdk import RagServer, client_info, output_model
+from rag_mcp.serve.sdk import RagServer, call_record, output_model
 from tools._base import ToolSpec
 
 #: the keyword the SDK passes the call's context as (it is not part of the input schema)
@@ -42,11 +41,7 @@ def tool_function(server: RagServer, spec: ToolSpec) -> Callable[..., Any]:
         deps = server.deps
         assert deps is not None, "the server's dependencies are built in its lifespan"
         t0 = time.perf_counter()
-        # the served root(s): one log folder can be shared by servers of several repositories
-        record: dict[str, Any] = {"tool": spec.name, "client": client_info(ctx),
-                                  "root": os.pathsep.join(deps.settings.roots)}
-        q = kwargs.get("query") if "query" in kwargs else kwargs.get("question")
-        record.update(deps.log.query_field(q))
+        record = call_record(deps, spec.name, ctx, kwargs)
         try:
             # a worker thread: a query waits on the model, the disk or Ollama, never the loop
             result = await anyio.to_thread.run_sync(functools.partial(spec.fn, deps, **kwargs))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import uuid
 from collections.abc import Callable
 from typing import Any, get_type_hints
@@ -94,6 +95,17 @@ def client_info(ctx: Context[Any, Any] | None) -> dict[str, str]:
     return {"name": info.name, "version": info.version} if info else {}
 
 
+def call_record(deps: Deps, tool: str, ctx: Context[Any, Any] | None,
+                arguments: object) -> dict[str, Any]:
+    """The first fields of a tool call's log line: the tool, the client, the served root(s) (one
+    log folder can be shared by servers of several repositories) and the query or question as
+    the log keeps it."""
+    args = arguments if isinstance(arguments, dict) else {}
+    q = args.get("query") if "query" in args else args.get("question")
+    return {"tool": tool[:100], "client": client_info(ctx),
+            "root": os.pathsep.join(deps.settings.roots), **deps.log.query_field(q)}
+
+
 class RagServer(MCPServer):
     """MCPServer with coded errors around every tool, prompt and resource."""
 
@@ -121,10 +133,9 @@ class RagServer(MCPServer):
                                                "server log")
             if not getattr(cause, "_rag_logged", False) and self.deps is not None:
                 # Validation errors and unknown tools never reach the tool wrapper.
-                q = arguments.get("query") if isinstance(arguments, dict) else None
                 code = (err.meta or {}).get(ERROR_META, {}).get("code", "")
-                self.deps.log.write({"tool": name[:100], "client": client_info(context),
-                                     **self.deps.log.query_field(q), "error": code})
+                self.deps.log.write({**call_record(self.deps, name, context, arguments),
+                                     "error": code})
             return err
 
     # A client's mistake in prompts/get reached clients as an internal error and the server log

@@ -91,7 +91,8 @@ def redact_label(value: str | None) -> str | None:
 
 def redact_id(span_id: str) -> str:
     """A span ID as shown to a client: a secret in its path (``keys/ghp_....txt:1-9:ab12...``)
-    masked. :func:`rag_mcp.search.redact.ids.resolve` finds the span again from the masked ID."""
+    masked. :func:`rag_mcp.search.redact.ids.unmask_path` finds the span again from the masked
+    ID."""
     head, sep, tail = span_id.rpartition(":")
     path, sep2, lines = head.rpartition(":")
     if not sep or not sep2:
