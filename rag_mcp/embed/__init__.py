@@ -67,6 +67,7 @@ def load_embedder(model: str, backend: str, *, cache_dir: Path, threads: int = 0
     if backend == "torch":
         from rag_mcp.embed.torch_backend import TorchEmbedder
 
+        catalog.require_torch(f"embedding backend 'torch' (model {model!r})")
         return TorchEmbedder(model, spec, threads, batch_size)
     from rag_mcp.embed.onnx_export import ensure_onnx
     from rag_mcp.embed.onnx_runtime import OnnxEmbedder

