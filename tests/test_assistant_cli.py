@@ -67,3 +67,37 @@ def test_claude_code_connects_with_the_written_config(claude: Path, tmp_path: Pa
     line = next((x for x in done.stdout.splitlines() if x.startswith("rag:")), "")
     assert done.returncode == 0 and "Connected" in line and "Failed" not in line, (
         done.stdout, done.stderr)
+
+
+def test_claude_code_over_http_by_authentication(claude: Path, sample_repo: Path,
+                                                 tmp_path: Path) -> None:
+    """What ``claude mcp list`` says about HTTP servers: with the bearer header, connected; an
+    OAuth server before sign-in, "Needs authentication"; a token server without the header,
+    failed, with the server's "static bearer token" message in Claude Code's MCP log."""
+    from tests.test_http import TOKEN, serving, settings_for
+
+    token_settings = settings_for(sample_repo, http_token=TOKEN)
+    run_index(token_settings)
+    oauth_settings = settings_for(sample_repo)
+    root = tmp_path / "project"
+    (root / ".claude").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    with serving(token_settings) as token_url, serving(oauth_settings, auth="oauth") as oauth_url:
+        servers = {"bearer": {"type": "http", "url": token_url,
+                              "headers": {"Authorization": f"Bearer {TOKEN}"}},
+                   "oauth": {"type": "http", "url": oauth_url},
+                   "tokenless": {"type": "http", "url": token_url}}
+        (root / ".mcp.json").write_text(json.dumps({"mcpServers": servers}))
+        (root / ".claude" / "settings.local.json").write_text(
+            json.dumps({"enabledMcpjsonServers": list(servers)}))
+        home = tmp_path / "home"
+        env = {**os.environ, "HOME": str(home), "DISABLE_TELEMETRY": "1",
+               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "MCP_TIMEOUT": "120000"}
+        done = subprocess.run([str(claude), "mcp", "list"], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+    lines = {x.split(":", 1)[0]: x for x in done.stdout.splitlines() if ": http" in x}
+    assert "Connected" in lines.get("bearer", ""), done.stdout
+    assert "Needs authentication" in lines.get("oauth", ""), done.stdout
+    assert "Failed to connect" in lines.get("tokenless", ""), done.stdout
+    logs = "".join(p.read_text() for p in home.rglob("mcp-logs-tokenless/*.jsonl"))
+    assert "this server uses a static bearer token, not OAuth" in logs, logs[-2000:]
