@@ -17,10 +17,10 @@ the same calls (the tool, on the event loop for these memo hits and health check
 the JSONL log line). Then the official TypeScript SDK client (bench/speed/transport_client.mjs, what
 Node-based assistants embed; installed by `make test` with the MCP Inspector, skipped with a
 note when missing) makes the same calls through ``Client.callTool`` to servers of its own, over
-both transports, in as many alternating blocks. ``--baseline REV`` also starts the two
-servers of an older commit (its source exported with ``git archive``, run on the same installed
-dependencies) and times them in the same rounds: the ratio of the two is what the change
-bought, whatever the machine's load.
+both transports, in as many alternating blocks. ``--baseline REV`` also starts the servers of
+an older commit (its source exported with ``git archive``, run on the installed dependencies of
+``--baseline-python``, e.g. an older MCP SDK) and times them in the same rounds, from both
+clients: the ratio of the two is what the change bought, whatever the machine's load.
 Writes the "transport" section of docs/BENCHMARKS.md.
 """
 
@@ -207,7 +207,9 @@ def ts_client_ready() -> bool:
 
 
 def ts_version() -> str:
-    return str(json.loads((TS_SDK / "package.json").read_text())["version"])
+    """``name version`` of the TypeScript SDK package the client loads."""
+    pkg = json.loads((TS_SDK / "package.json").read_text())
+    return f"{pkg['name']} {pkg['version']}"
 
 
 async def run_ts_client(sessions: dict[str, dict[str, Any]], calls: int, rounds: int
@@ -222,25 +224,32 @@ async def run_ts_client(sessions: dict[str, dict[str, Any]], calls: int, rounds:
     return {k: [float(x) for x in v] for k, v in json.loads(done.stdout).items()}
 
 
-async def measure_ts(index_dir: Path, env: dict[str, str], calls: int, rounds: int
-                     ) -> dict[str, list[float]]:
-    """The TypeScript SDK client's round trips to servers of this tree over both transports,
-    keyed ``"<transport> <tool>"``; empty when node or the SDK is missing."""
+async def measure_ts(index_dir: Path, env: dict[str, str], calls: int, rounds: int,
+                     baseline: Path | None = None) -> dict[str, list[float]]:
+    """The TypeScript SDK client's round trips to servers of this tree (and of ``baseline``)
+    over both transports, keyed ``"<transport>[@base] <tool>"``; empty when node or the SDK is
+    missing."""
     if not ts_client_ready():
         return {}
-    command = server_command(None)
-    log_env = {**env, "RAG_LOG_DIR": str(WORK / "transport-logs" / "ts")}
-    proc, url = start_http(index_dir, log_env, WORK / "transport-http-ts.log", command)
     todo = [["rag_health", {}], ["rag_query", {"query": QUERY}]]
+    sessions: dict[str, dict[str, Any]] = {}
+    procs = []
     try:
-        return await run_ts_client(
-            {"stdio": {"stdio": {"command": command[0],
-                                 "args": [*command[1:], *server_args(index_dir)],
-                                 "env": log_env}, "calls": todo},
-             "http": {"http": url, "calls": todo}}, calls, rounds)
+        for suffix, tree in {"": None, **({"@base": baseline} if baseline else {})}.items():
+            command = server_command(tree)
+            log_env = {**env, "RAG_LOG_DIR": str(WORK / "transport-logs" / f"ts{suffix}")}
+            proc, url = start_http(index_dir, log_env, WORK / f"transport-http-ts{suffix}.log",
+                                   command)
+            procs.append(proc)
+            sessions[f"stdio{suffix}"] = {
+                "stdio": {"command": command[0], "args": [*command[1:], *server_args(index_dir)],
+                          "env": log_env}, "calls": todo}
+            sessions[f"http{suffix}"] = {"http": url, "calls": todo}
+        return await run_ts_client(sessions, calls, rounds)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
 
 
 async def measure(index_dir: Path, env: dict[str, str], calls: int, rounds: int,
@@ -301,7 +310,7 @@ async def measure(index_dir: Path, env: dict[str, str], calls: int, rounds: int,
                     await timed(sessions[name], "rag_health", {}, max(1, per_round // 5),
                                 times[name], validate=True)
             # the TypeScript SDK client, to servers of its own (their logs stay apart)
-            times["ts"] = await measure_ts(index_dir, env, calls, rounds)
+            times["ts"] = await measure_ts(index_dir, env, calls, rounds, baseline)
     finally:
         for proc in procs:
             proc.terminate()
@@ -331,30 +340,37 @@ def baseline_table(times: dict[str, dict[str, list[float]]], rev: str) -> str:
                         f"{rev} P95 ms", "now P95 ms"], rows))
 
 
-def ts_table(ts: dict[str, list[float]], rounds: int) -> str:
-    """The TypeScript SDK client's rows, or why there are none."""
+def ts_table(ts: dict[str, list[float]], rounds: int, baseline: str | None = None) -> str:
+    """The TypeScript SDK client's rows (beside ``baseline``'s server), or why there are none."""
     if not ts:
         return ("\n\nThe TypeScript SDK client was not measured: node or its SDK is missing "
                 "(`make test` installs the SDK with the MCP Inspector).")
+    base = baseline is not None and "stdio@base rag_health" in ts
     rows: list[list[object]] = []
     for tool, label in (("rag_health", "`rag_health`"), ("rag_query", "`rag_query` (cached)")):
         for name in ("stdio", "http"):
             t = ts[f"{name} {tool}"]
-            rows.append([label, name, len(t), round(pct(t, 50), 2), round(pct(t, 95), 2),
-                         f"≤ {TARGET_MS[name]:g}" if tool == "rag_health" else ""])
+            row: list[object] = [label, name, len(t), round(pct(t, 50), 2), round(pct(t, 95), 2)]
+            if base:
+                old = ts[f"{name}@base {tool}"]
+                row += [round(pct(old, 50), 2), f"{pct(old, 50) / pct(t, 50):.2f}x"]
+            rows.append(row + [f"≤ {TARGET_MS[name]:g}" if tool == "rag_health" else ""])
     verdict = "; ".join(
         f"{n} rag_health P50 {pct(ts[f'{n} rag_health'], 50):.2f} ms "
         f"({'meets' if pct(ts[f'{n} rag_health'], 50) <= TARGET_MS[n] else 'misses'} the "
         f"{TARGET_MS[n]:g} ms target)" for n in ("stdio", "http"))
+    head = ["tool", "transport", "calls", "P50 ms", "P95 ms"]
+    head += [f"{baseline} P50 ms", "speed-up"] if base else []
     return (
         "\n\nThe same calls from the official TypeScript SDK client "
-        f"(`@modelcontextprotocol/sdk` {ts_version()}, the client Node-based assistants embed), "
+        f"(`{ts_version()}`, the client Node-based assistants embed), "
         "through `Client.callTool` after `listTools`, as a client calls a tool: the result is "
         "checked against the output schema with the validator the SDK compiled once. One "
         "session per transport to servers of this tree started for it (a stdio server spawned "
-        f"by its transport, an HTTP server on a free port), {rounds} alternating blocks, run "
-        "right after the Python client's rounds.\n\n"
-        + md_table(["tool", "transport", "calls", "P50 ms", "P95 ms", "target P50 ms"], rows)
+        "by its transport, an HTTP server on a free port)"
+        + (f", and two of commit `{baseline}` beside them" if base else "")
+        + f", {rounds} alternating blocks, run right after the Python client's rounds.\n\n"
+        + md_table(head + ["target P50 ms"], rows)
         + f"\n\n{verdict}. The difference from the Python rows is the client: the same "
           "server answers both.")
 
@@ -399,7 +415,7 @@ def report(times: dict[str, dict[str, list[float]]], calls: int, rounds: int,
         f"the SDK's session machinery, the tool). {verdict}. Load average during the run: "
         f"{load[0]:.1f} at the start, {load[1]:.1f} at the end, on {os.cpu_count()} cores: "
         "absolute times on a loaded shared machine are inflated; compare the rows."
-        + ts_table(times.get("ts", {}), rounds)
+        + ts_table(times.get("ts", {}), rounds, baseline)
         + (baseline_table(times, baseline) if baseline else "")
         + "\n\nReproduce: `.venv/bin/python -m bench.speed.transport --calls "
         f"{calls} --rounds {rounds}{f' --baseline {baseline}' if baseline else ''}"
