@@ -174,3 +174,18 @@ def test_any_loopback_address_serves_its_own_url(indexed: Settings, host: str) -
         assert url.startswith(f"http://{host}:")
         assert c.post(url, json=INIT, headers=MCP_HEADERS).status_code == 200
         assert c.get(url.removesuffix("/mcp") + "/health").status_code == 200
+
+
+def test_client_id_metadata_documents_are_neither_offered_nor_fetched(indexed: Settings) -> None:
+    """A URL as client_id (a Client ID Metadata Document) is refused like any unknown client:
+    the server does not fetch what a caller names (docs/SECURITY.md, HTTP exposure)."""
+    with serving(indexed, auth="oauth") as url, httpx.Client(timeout=30) as c:
+        base = url.removesuffix("/mcp")
+        meta = c.get(base + "/.well-known/oauth-authorization-server").json()
+        assert meta.get("client_id_metadata_document_supported") in (None, False)
+        assert meta["registration_endpoint"] == base + "/register"
+        doc = "http://127.0.0.1:1/client.json"  # a fetch would fail loudly, not hang
+        r = c.get(base + "/authorize", params={
+            "client_id": doc, "response_type": "code", "redirect_uri": REDIRECT,
+            "code_challenge": "x" * 43, "code_challenge_method": "S256", "state": "s"})
+        assert r.status_code == 400 and "client" in r.text.lower(), r.text
