@@ -22,9 +22,6 @@ import os
 import re
 from pathlib import Path
 
-#: DokuWiki's own state beside ``pages/`` in its data folder: never indexed
-STATE_DIRS = frozenset(
-    "attic cache index locks meta media_attic media_meta tmp log".split())
 #: the state folders no other kind of project has beside a ``pages/`` (a web app's root may
 #: well hold pages/, tmp/ and log/)
 _WIKI_ONLY = frozenset("attic index locks meta media_attic media_meta".split())

@@ -12,7 +12,7 @@ import hashlib
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, get_type_hints
 
@@ -188,16 +188,6 @@ class Settings:
             ",".join(self.ignore),
         ]
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
-
-    def public_dict(self) -> dict[str, Any]:
-        """The settings with secrets masked, for --show-config and health output."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if KNOBS_BY_ATTR[f.name].secret and value:
-                value = "***"
-            out[f.name] = list(value) if isinstance(value, tuple) else value
-        return out
 
 
 def _kind(base: Any, knob: Knob, name: str) -> str:
