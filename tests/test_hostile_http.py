@@ -194,7 +194,11 @@ def test_the_cap_never_closes_a_tool_call_in_flight(indexed: Settings) -> None:
 
 class Conn:
     def __init__(self, name: str, phase: str) -> None:
-        self.name, self.phase = name, phase
+        self.name, self.phase = name, phase.rstrip("+")
+        self.unread = phase.endswith("+")  # its request waits unread in the kernel
+
+    def has_unread_bytes(self) -> bool:
+        return self.unread
 
 
 @pytest.mark.parametrize("phases,victim", [
@@ -203,6 +207,10 @@ class Conn:
     (["busy", "idle", "idle"], "idle"),  # then the oldest idle one
     (["busy", "busy"], "busy"),  # only when every one is in flight: the oldest
     (["head", "closing"], "closing"),
+    (["head+", "body+", "head", "head"], "head"),  # not the server's own backlog
+    (["idle+", "idle"], "idle"),
+    (["busy", "head+", "idle+"], "head+"),  # an unread request before a call in flight
+    (["head+", "head+"], "head+"),  # every one waiting: the oldest all the same
 ])
 def test_which_connection_makes_room(phases: list[str], victim: str) -> None:
     conns = [Conn(f"{p}{i}", p) for i, p in enumerate(phases)]

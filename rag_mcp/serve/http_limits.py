@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -37,6 +38,8 @@ log = logging.getLogger("rag_mcp.serve.http")
 Phase = Literal["head", "body", "idle", "busy", "closing"]
 #: which connection makes room first: lower first, then the oldest
 EVICTION_ORDER: dict[Phase, int] = {"closing": 0, "head": 1, "body": 1, "idle": 2, "busy": 3}
+#: candidates checked for unread bytes before the oldest is closed anyway
+UNREAD_CHECKS = 32
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,14 @@ class Room:
 
 
 def pick_victim(conns: list[Any]) -> Any:
-    """The connection that makes room: the first (oldest) of the lowest ``EVICTION_ORDER``."""
-    return min(conns, key=lambda c: EVICTION_ORDER[c.phase])
+    """The connection that makes room: the oldest of the lowest ``EVICTION_ORDER``, passing
+    over (a few) whose client has sent bytes the server has not read yet: under a flood of
+    connections a new client's request can wait unread while newer connections arrive, and it
+    is not the client that is slow."""
+    ordered = sorted(conns, key=lambda c: EVICTION_ORDER[c.phase])  # stable: oldest first
+    calm = (c for c in ordered[:UNREAD_CHECKS]
+            if c.phase != "busy" and not c.has_unread_bytes())
+    return next(calm, ordered[0])
 
 
 class LimitedH11Protocol(H11Protocol):
@@ -125,6 +134,14 @@ class LimitedH11Protocol(H11Protocol):
         self._disarm()
         self.room.leave(self)
         super().handle_websocket_upgrade(event)
+
+    def has_unread_bytes(self) -> bool:
+        """Whether bytes from the client wait in the kernel, unread by the server."""
+        sock = self.transport.get_extra_info("socket")
+        try:
+            return sock is not None and bool(select.select([sock], [], [], 0)[0])
+        except (OSError, ValueError):  # closed meanwhile
+            return False
 
     def drop(self) -> None:
         """Close now, discarding anything unsent (the descriptor is what is short)."""
