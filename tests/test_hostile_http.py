@@ -194,8 +194,9 @@ def test_the_cap_never_closes_a_tool_call_in_flight(indexed: Settings) -> None:
 
 class Conn:
     def __init__(self, name: str, phase: str) -> None:
-        self.name, self.phase = name, phase.rstrip("+")
-        self.unread = phase.endswith("+")  # its request waits unread in the kernel
+        self.name, self.phase = name, phase.rstrip("+*")
+        self.unread = "+" in phase  # its request waits unread in the kernel
+        self.served = int("*" in phase)  # answered a request before
 
     def has_unread_bytes(self) -> bool:
         return self.unread
@@ -206,11 +207,14 @@ class Conn:
     (["busy", "body", "head"], "body"),
     (["busy", "idle", "idle"], "idle"),  # then the oldest idle one
     (["busy", "busy"], "busy"),  # only when every one is in flight: the oldest
-    (["head", "closing"], "closing"),
+    (["head", "closing+"], "closing+"),
     (["head+", "body+", "head", "head"], "head"),  # not the server's own backlog
     (["idle+", "idle"], "idle"),
     (["busy", "head+", "idle+"], "head+"),  # an unread request before a call in flight
     (["head+", "head+"], "head+"),  # every one waiting: the oldest all the same
+    (["body*", "head*", "idle", "head"], "head"),  # a client answered before: after the rest
+    (["busy", "body*", "idle"], "idle"),
+    (["busy", "body*", "head*"], "body*"),
 ])
 def test_which_connection_makes_room(phases: list[str], victim: str) -> None:
     conns = [Conn(f"{p}{i}", p) for i, p in enumerate(phases)]
