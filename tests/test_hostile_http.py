@@ -164,9 +164,9 @@ class HeldEmbedder(HashEmbedder):
 
 
 def test_the_cap_never_closes_a_tool_call_in_flight(indexed: Settings) -> None:
-    """With 6 connections allowed, a tool call in flight while 20 slow requests and a new client
-    arrive is answered; the slow requests made room."""
-    s = settings_for(Path(indexed.root), http_max_connections="6",
+    """With 10 connections allowed, a tool call in flight while 30 slow requests and a new
+    client arrive is answered; the slow requests made room."""
+    s = settings_for(Path(indexed.root), http_max_connections="10",
                      http_header_timeout="3000", http_body_timeout="3000")
     held = HeldEmbedder()
     deps = lambda: build_deps(s, models=EmbedderPool(s, lambda m, b: held))  # noqa: E731
@@ -182,8 +182,8 @@ def test_the_cap_never_closes_a_tool_call_in_flight(indexed: Settings) -> None:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(call)
                     assert await anyio.to_thread.run_sync(held.entered.wait, CEILING)
-                    with slow_requests(url, 20) as socks:
-                        await anyio.to_thread.run_sync(wait_until_closed, socks, 20 - 6)
+                    with slow_requests(url, 30) as socks:
+                        await anyio.to_thread.run_sync(wait_until_closed, socks, 30 - 10)
                         await one_tool_call(url)
                     held.release.set()
                 assert not result["r"].is_error, result["r"]
