@@ -137,6 +137,12 @@ class Settings:
                                        lo=1024, hi=1 << 30)]
     http_trusted_proxies: Annotated[tuple[str, ...], Knob("http.trusted_proxies",
                                                           "RAG_HTTP_TRUSTED_PROXIES")]
+    http_header_timeout: Annotated[float, Knob("http.header_timeout_seconds",
+                                                "RAG_HTTP_HEADER_TIMEOUT", lo=0.1, hi=3600)]
+    http_body_timeout: Annotated[float, Knob("http.body_timeout_seconds",
+                                              "RAG_HTTP_BODY_TIMEOUT", lo=0.1, hi=3600)]
+    http_max_connections: Annotated[int, Knob("http.max_connections", "RAG_HTTP_MAX_CONNECTIONS",
+                                              lo=2, hi=65_536)]
     url_template: Annotated[str, Knob("http.url_template", "RAG_URL_TEMPLATE")]
     # [watch]
     watch_debounce_ms: Annotated[int, Knob("watch.debounce_ms", "RAG_WATCH_DEBOUNCE_MS",

@@ -147,15 +147,23 @@ class HttpProc:
     """``rag-mcp serve --http`` as a process on a free loopback port, with an MCP session."""
 
     def __init__(self, root: Path, log_dir: Path, stderr: Path,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, nofile: int | None = None) -> None:
+        """``nofile``: the server's open-file limit (RLIMIT_NOFILE), if not inherited."""
         import httpx
+
+        def limit() -> None:
+            import resource
+
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
         self.stderr = stderr
         with stderr.open("wb") as fh:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "rag_mcp", "serve", "--http", "--root", str(root),
                  "--port", "0"], stdout=subprocess.DEVNULL, stderr=fh,
-                env={**server_env(log_dir), **(extra_env or {})})
+                env={**server_env(log_dir), **(extra_env or {})},
+                preexec_fn=limit if nofile is not None else None)
         deadline = time.monotonic() + 120
         url = None
         while url is None:

@@ -115,6 +115,26 @@ def test_plain_rag_index_repairs_what_status_reports(small_index: tuple[Path, Pa
     assert "damage" not in (again.stdout + again.stderr).lower(), again.stdout
 
 
+def test_deleted_vector_rows_are_damage_that_rag_index_repairs(
+        small_index: tuple[Path, Path, Settings]) -> None:
+    """Rows deleted from the vector store with nothing else changed: "up to date" before."""
+    from rag_mcp.index.store.chroma import chromadb, client_settings
+
+    root, index, s = small_index
+    client = chromadb().PersistentClient(path=str(current_dir(s) / "chroma"),
+                                         settings=client_settings())
+    vectors = client.list_collections()[0]
+    vectors.delete(ids=vectors.get(limit=3)["ids"])
+    del vectors, client
+    status = rag_index(root, index, "--status")
+    no_traceback(status)
+    assert "damage" in (status.stdout + status.stderr).lower(), status.stdout
+    p = rag_index(root, index)
+    no_traceback(p)
+    assert p.returncode == 0 and "up to date" not in p.stdout, p.stdout + p.stderr
+    assert anyio.run(answer, s)[0] == "ok"
+
+
 @pytest.mark.parametrize("name", ["CURRENT", "writer.lock"])
 def test_a_directory_where_a_file_belongs_needs_no_manual_deletion(
         small_index: tuple[Path, Path, Settings], name: str) -> None:

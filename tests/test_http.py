@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from mcp.types import TextContent
 
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
+from rag_mcp.deps import Deps
 from rag_mcp.errors import ConfigError
 from rag_mcp.logjson import LOG_NAME
 from rag_mcp.serve import guard
@@ -61,12 +62,13 @@ def indexed(sample_repo: Path) -> Settings:
 
 @contextlib.contextmanager
 def serving(settings: Settings, auth: Any = None, connector_tools: bool = True,
-            plan_out: list[Any] | None = None) -> Iterator[str]:
+            plan_out: list[Any] | None = None, deps: Callable[[], Deps] | None = None
+            ) -> Iterator[str]:
     """A real uvicorn server on a free loopback port, in a thread; yields the /mcp URL."""
     plan = rag_http.plan_http(settings, auth)
     if plan_out is not None:
         plan_out.append(plan)
-    server = build_server(settings, lambda: hash_deps(settings),
+    server = build_server(settings, deps or (lambda: hash_deps(settings)),
                           connector_tools=connector_tools, **plan.server_options)
     uv = rag_http.make_server(server, settings, plan)
     with rag_http.shared_deps(server):

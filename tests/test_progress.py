@@ -43,7 +43,9 @@ def test_quiet_prints_nothing_and_interval_throttles() -> None:
     q.log("hidden")
     q.finish()
     assert out.getvalue() == ""
-    slow = Progress(out, tty=False, interval=3600.0)
+    # an interval longer than any machine's uptime: the first line must not depend on it (it
+    # was never drawn on a machine up for less than the interval, monotonic time counting from 0)
+    slow = Progress(out, tty=False, interval=1e9)
     slow.start(3)
     slow.advance(files=1)  # the first line is drawn at once ...
     slow.advance(files=1)  # ... the next not before the interval
@@ -74,7 +76,7 @@ def test_each_run_counts_from_zero() -> None:
 
 def test_walking_is_shown_and_throttled() -> None:
     out = io.StringIO()
-    p = Progress(out, tty=False, interval=3600.0)
+    p = Progress(out, tty=False, interval=1e9)  # longer than any uptime, as above
     p.walking(0)
     p.walking(5_000)  # within the interval: not drawn
     assert out.getvalue().splitlines() == ["walking the tree: 0 files found"]

@@ -7,7 +7,8 @@ paths (200+ crafted span IDs, a symlink race), secrets (the fake-secret corpus t
 channel; false redactions from bench/safety/redaction_fp.py), traffic (malformed messages over stdio
 and HTTP), crash (20 seeded kill -9 of rag-index), concurrency (a writer and 4 readers x 500
 queries), damage (every index file deleted, truncated, garbage), ollama (the faults of the local
-model), load (8 HTTP clients + 1 stdio client for --seconds, with the bundled model). Each study
+model), load (8 HTTP clients + 1 stdio client for --seconds, with the bundled model), slow (a
+slowloris: --slow half-open requests held open while new clients come in). Each study
 prints its markdown and rewrites its own section of docs/SECURITY.md. Work goes to
 bench/.work/hostile.
 """
@@ -35,6 +36,7 @@ import anyio
 import orjson
 
 from bench._report import ROOT, WORK, md_table, pct, write_section
+from bench.safety.slow_http import study_slow
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.errors import RagError
@@ -595,7 +597,7 @@ def stdio_server_pid() -> int:
 STUDIES: dict[str, Callable[[Path, argparse.Namespace], str]] = {
     "paths": study_paths, "secrets": study_secrets, "traffic": study_traffic,
     "crash": study_crash, "concurrency": study_concurrency, "damage": study_damage,
-    "ollama": study_ollama, "load": study_load,
+    "ollama": study_ollama, "load": study_load, "slow": study_slow,
 }
 
 
@@ -608,6 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=2000, help="across the 4 readers")
     ap.add_argument("--trials", type=int, default=5, help="calls per Ollama fault")
     ap.add_argument("--race-reads", type=int, default=20_000)
+    ap.add_argument("--slow", type=int, default=400, help="slow requests held open")
     args = ap.parse_args(argv)
     for name in args.study or list(STUDIES):
         work = WORK / "hostile" / name

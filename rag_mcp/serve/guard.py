@@ -26,6 +26,8 @@ Threats, and the answer to each (docs/CLIENTS.md has the user-facing version):
   expect (invalid UTF-8, nesting past the recursion limit, 5,000-digit numbers) got a 500 and a
   full traceback in the server log per request (tests/test_hostile_traffic.py); the guard
   answers those with JSON-RPC's parse error (400) before the SDK sees them.
+* Slow and surplus connections (a "slowloris"): read deadlines and a connection cap that lets
+  a new client in, below this guard in the HTTP protocol (``serve.http_limits``).
 * Leaks through logs: uvicorn's access log is off; this module logs paths with the secret
   segment masked and never logs headers.
 """

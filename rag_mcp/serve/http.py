@@ -23,6 +23,7 @@ from starlette.types import ASGIApp
 from rag_mcp.config import Settings
 from rag_mcp.errors import ConfigError, RagError
 from rag_mcp.serve.guard import MCP_PATH, Auth, Guard, is_loopback
+from rag_mcp.serve.http_limits import protocol_class
 from rag_mcp.serve.http_sessions import SessionRoom
 
 if TYPE_CHECKING:
@@ -215,9 +216,12 @@ def make_server(server: RagServer, settings: Settings, plan: HttpPlan
     # trusts it from loopback, i.e. from every local process, and a rotated header escaped the
     # rate limits (unlimited failed-token attempts).
     trusted = list(settings.http_trusted_proxies)
+    # Read deadlines and a connection cap that makes room (serve.http_limits): uvicorn alone
+    # waited forever for a slow request's head or body, and 400 of them locked new clients out.
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             server_header=False, timeout_graceful_shutdown=3,
-                            proxy_headers=bool(trusted), forwarded_allow_ips=trusted or None)
+                            proxy_headers=bool(trusted), forwarded_allow_ips=trusted or None,
+                            http=protocol_class(settings))
     return uvicorn.Server(config)
 
 
