@@ -47,10 +47,11 @@ from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rag_mcp.config import Settings
 from rag_mcp.serve.auth import CONSENT_PATH
+from rag_mcp.serve.http_sessions import recording_status, replay_body
 
 log = logging.getLogger("rag_mcp.serve.http")
 
@@ -168,12 +169,7 @@ class Guard:
             return
         path: str = scope["path"]
         status = {"code": 0}
-
-        async def send_logged(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-
+        send_logged = recording_status(send, status)
         try:
             refusal = self._check(scope)
             if isinstance(refusal, Response):
@@ -184,7 +180,7 @@ class Guard:
                 if isinstance(body, Response):
                     await body(scope, receive, send_logged)
                     return
-                receive = _replay(body, receive)
+                receive = replay_body(body, receive)
             await self.app(refusal, receive, send_logged)
             if self.auth == "oauth" and self._oauth_failure(scope, status["code"]):
                 self.failures.take(_client_key(scope))
@@ -318,20 +314,6 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that hands the app the body already read, then defers to the real one."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 def _error(status: int, error: str, message: str, *, retry_after: int | None = None,

@@ -51,14 +51,8 @@ class SessionRoom:
         self.busy[sid] += 1
         self.last_used[sid] = time.monotonic()
         status = {"code": 0}
-
-        async def watch(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-
         try:
-            await self.app(scope, receive, watch)
+            await self.app(scope, receive, recording_status(send, status))
         finally:
             self.busy[sid] -= 1
             if self.busy[sid] <= 0:
@@ -101,7 +95,7 @@ class SessionRoom:
             else:
                 await send(message)
 
-        await self.app(scope, _replay(body, receive), hold)
+        await self.app(scope, replay_body(body, receive), hold)
         return held if state["holding"] else None
 
     async def _make_room(self, scope: Scope) -> bool:
@@ -147,13 +141,26 @@ async def _read_body(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """``body`` once, then whatever the client sends next (its disconnect)."""
-    sent = {"done": False}
+def recording_status(send: Send, status: dict[str, int]) -> Send:
+    """``send``, noting the response's status code in ``status["code"]`` on the way."""
+
+    async def recorded(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            status["code"] = message["status"]
+        await send(message)
+
+    return recorded
+
+
+def replay_body(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the app the body already read, then defers to the real one
+    (the client's disconnect)."""
+    sent = False
 
     async def replay() -> Message:
-        if not sent["done"]:
-            sent["done"] = True
+        nonlocal sent
+        if not sent:
+            sent = True
             return {"type": "http.request", "body": body, "more_body": False}
         return await receive()
 
@@ -163,4 +170,3 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 async def _send_all(send: Send, messages: list[Message]) -> None:
     for message in messages:
         await send(message)
-
