@@ -94,6 +94,7 @@ class Settings:
     join_gap: Annotated[int, Knob("query.join_gap", "RAG_JOIN_GAP", lo=-1, hi=1000)]
     join_max_lines: Annotated[int, Knob("query.join_max_lines", "RAG_JOIN_MAX_LINES",
                                         lo=1, hi=100_000)]
+    focus_lines: Annotated[int, Knob("query.focus_lines", "RAG_FOCUS_LINES", lo=0, hi=100_000)]
     test_penalty: Annotated[float, Knob("query.test_penalty", "RAG_TEST_PENALTY",
                                         lo=0.0, hi=1.0)]
     rank: Annotated[bool, Knob("query.rank", "RAG_RANK")]

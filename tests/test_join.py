@@ -9,7 +9,7 @@ import pytest
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.index.spans import digest, make_span_id
-from rag_mcp.search.join import Placed, joined_label, plan_joins
+from rag_mcp.search.join import Placed, best_window, focus, joined_label, plan_joins
 from tests.mcp_helpers import answer, error_code, in_process, text
 
 HASH = "test-hash-64"
@@ -192,3 +192,79 @@ async def test_a_part_changed_on_disk_keeps_the_hits_apart(guide: Settings) -> N
         sc = answer(r)
         assert all(h["joins"] == 0 for h in sc["hits"])
         assert {(h["start_line"], h["end_line"]) for h in sc["hits"][:2]} == {(1, 5), (7, 9)}
+
+
+# -- focus: answers after the first narrowed to the lines that matter ----------------------------
+
+def test_focus_grows_from_the_best_part_while_the_range_stays_short() -> None:
+    def f(*hits: tuple[int, int], max_lines: int = 30) -> tuple[int, int]:
+        return focus([Placed("a", s, e) for s, e in hits], gap=3, max_lines=max_lines)
+
+    assert f((40, 55), (30, 38), (57, 70)) == (30, 55)  # the second best first, then no room
+    assert f((40, 55), (57, 69), (30, 38)) == (40, 69)
+    assert f((40, 55), (90, 99)) == (40, 55)  # out of reach: a bridge never ranked
+    assert f((40, 120), (121, 130)) == (40, 120)  # the best part alone is longer: as it is
+    assert f((40, 55), (57, 70), max_lines=200) == (40, 70)
+
+
+def test_best_window_holds_most_of_the_query_terms() -> None:
+    body = [f"    step_{i} = step_{i - 1} + {i}" for i in range(100)]
+    body[61] = "    tuning = zebrafish_tuning(step_60)"
+    at = best_window(body, "where is zebrafish tuning", 20)
+    assert at <= 61 < at + 20
+    assert best_window(body, "nothing here matches", 20) == 0  # keeps the signature's end
+    assert best_window(body[:10], "zebrafish", 20) == 0
+
+
+LONG_BODY = "\n".join(
+    ["def build_pipeline(config):", '    """Build every stage of the pipeline."""',
+     "    value_0 = config.start"]
+    + [f"    value_{i} = combine(value_{i - 1}, {i}, config)" for i in range(1, 200)]
+    + ["    return value_199", ""])
+
+
+def _with_phrase(text: str, at: int, phrase: str) -> str:
+    rows = text.split("\n")
+    rows[at - 1] = f"    {phrase}"
+    return "\n".join(rows)
+
+
+async def test_a_later_hit_in_a_long_function_is_the_window_that_matches(make_repo) -> None:  # type: ignore[no-untyped-def]
+    phrase = "flush_marmot_cache(value_99)  # marmot cache flushed here"
+    long_py = _with_phrase(LONG_BODY, 103, phrase)
+    root = make_repo({
+        "src/long.py": long_py,
+        "src/marmot.py": ("def flush_marmot_cache(value):\n"
+                          '    """Flush the marmot cache: every marmot cache entry goes."""\n'
+                          "    marmot_cache.clear()  # the marmot cache\n"
+                          "    return value\n"),
+    })
+    s = load_settings({"root": str(root), "embed_model": HASH})
+    run_index(s)
+    whole = load_settings({"root": str(root), "embed_model": HASH, "focus_lines": "0"})
+    async with in_process(whole) as (session, _):
+        r = answer(await session.call_tool("rag_query", {"query": "flush marmot cache", "k": 5,
+                                                         "tau": 0.0}))
+    before = [h for h in r["hits"] if h["id"].startswith("src/long.py:")]
+    assert r["hits"][0]["id"].startswith("src/marmot.py:")  # the ranking this test is about
+    assert before and int(before[0]["id"].split(":")[1].split("-")[1]) - int(
+        before[0]["id"].split(":")[1].split("-")[0]) + 1 > 30
+    async with in_process(s) as (session, _):
+        r = answer(await session.call_tool("rag_query", {"query": "flush marmot cache", "k": 5,
+                                                         "tau": 0.0, "include_text": True}))
+        assert r["hits"][0]["id"].startswith("src/marmot.py:")
+        hit = next(h for h in r["hits"] if h["id"].startswith("src/long.py:"))
+        start, end = map(int, hit["id"].split(":")[1].split("-"))
+        assert end - start + 1 <= 30 and start <= 103 <= end
+        assert phrase in hit["text"] and hit["symbol"] == "build_pipeline"
+        rows = long_py.split("\n")
+        assert hit["text"] == "\n".join(rows[start - 1:end])
+        assert hit["id"] == make_span_id("src/long.py", start, end, digest(hit["text"]))
+        g = await session.call_tool("rag_get_span", {"span_id": hit["id"], "context_lines": 2})
+        gs = g.structured_content
+        assert gs is not None and not g.is_error
+        assert (gs["start_line"], gs["end_line"], gs["stale"]) == (start, end, False)
+        assert gs["text"] == "\n".join(rows[start - 3:end + 2])
+        forged = make_span_id("src/long.py", start, end, "0" * 12)
+        bad = await session.call_tool("rag_get_span", {"span_id": forged})
+        assert bad.is_error and error_code(bad) == "E_NOT_FOUND"

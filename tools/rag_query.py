@@ -8,8 +8,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from rag_mcp.deps import Deps
+from rag_mcp.errors import InvalidArgument
+from rag_mcp.index.spans import parse_span_id
 from rag_mcp.search.links import describe
-from rag_mcp.search.records import MAX_K, QueryAnswer, QueryParams
+from rag_mcp.search.records import MAX_K, QueryAnswer, QueryHit, QueryParams
 from rag_mcp.search.repos import qualify
 from tools._base import ToolSpec
 
@@ -45,7 +47,7 @@ class Hit:
         description="The repository of the span, when several are served; pass it to "
                     "rag_get_span")] = None
     joins: Annotated[int, Field(
-        description="How many adjacent spans of one file this hit's range joins")] = 0
+        description="How many indexed spans of one file this hit's range joins or cuts")] = 0
     page_id: Annotated[str | None, Field(description="Wiki page ID, e.g. 'wiki:syntax'")] = None
     anchor: Annotated[str | None, Field(description="Section anchor in the page")] = None
     page: Annotated[int | None, Field(description="PDF page of the span (1-based)")] = None
@@ -135,6 +137,20 @@ def rag_query(
         repo=tuple(repo) if isinstance(repo, list) else repo))
 
 
+def _extent(h: QueryHit) -> str:
+    """What a joined or narrowed hit's range is made of, for the text rendering."""
+    if not h.parts:
+        return ""
+    try:
+        ids = [parse_span_id(p) for p in h.parts]
+    except InvalidArgument:
+        return f"  (joins {len(h.parts)} spans)"
+    lo, hi = min(i.start_line for i in ids), max(i.end_line for i in ids)
+    if lo <= h.start_line and h.end_line <= hi and (lo, hi) != (h.start_line, h.end_line):
+        return f"  (lines {h.start_line}-{h.end_line} of {lo}-{hi}; context_lines widens it)"
+    return f"  (joins {len(h.parts)} spans)"
+
+
 def render(r: QueryAnswer) -> str:
     head = (f"{r.returned} span{'s' if r.returned != 1 else ''} for {r.query!r} "
             f"({r.took_ms:.0f} ms{', cached' if r.cache_hit else ''}; ~{r.tokens_returned:,} "
@@ -147,7 +163,7 @@ def render(r: QueryAnswer) -> str:
         label = h.symbol or h.heading or ""
         where = f"{h.repo}: " if several else ""
         lines.append(f"{i}. {where}{h.id}  [{h.kind} {h.language}] {label}  score {h.score:.2f}"
-                     + (f"  (joins {len(h.parts)} spans)" if h.parts else "")
+                     + _extent(h)
                      + ("  (stale)" if h.stale else ""))
         if h.preview:
             lines.append(f"   {h.preview}")

@@ -9,12 +9,19 @@ the other slots for the next hits, and never grows a range past ``max_lines``.
 The groups cover the longest prefix of the ranking that fits in k ranges: the scan stops at
 the first hit that would need a (k+1)-th. rag_query plans them for its largest k (20) and
 answers with the first k, so asking for more never changes the first answers.
+
+Focus: a code answer after the first is narrowed to at most ``focus_lines`` lines (``focus``):
+its best-ranked span, grown by the group's other spans in rank order while the range stays that
+short; a best span longer than that alone gives the window of its lines that holds the most of
+the query's terms (``best_window``). The first answer, the one most likely right, stays whole.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
+
+from rag_mcp.index.lexical import tokenize
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +84,41 @@ def joined_label(labels: Iterable[str | None], sep: str) -> str | None:
     line order), ``sep``-separated; None when no part has one."""
     seen = list(dict.fromkeys(label for label in labels if label))
     return sep.join(seen) if seen else None
+
+
+def focus(members: Sequence[Placed], *, gap: int, max_lines: int) -> tuple[int, int]:
+    """The line range of a group (``members`` best first, as ``plan_joins`` gives them) narrowed
+    to at most ``max_lines`` lines: the best member's range, grown by the others in rank order
+    while it stays within ``max_lines`` and each one touches it (at most ``gap`` lines away).
+    Longer than ``max_lines`` only when the best member alone is."""
+    start, end = members[0].start_line, members[0].end_line
+    left = list(members[1:])
+    grew = True
+    while grew:
+        grew = False
+        for m in left:
+            lo, hi = min(start, m.start_line), max(end, m.end_line)
+            if (m.start_line <= end + gap + 1 and m.end_line >= start - gap - 1
+                    and hi - lo < max_lines):
+                start, end = lo, hi
+                left.remove(m)
+                grew = True
+                break  # the next best first again: a range that grew may now reach it
+    return start, end
+
+
+def best_window(lines: Sequence[str], query: str, width: int) -> int:
+    """Offset of the ``width`` consecutive lines of ``lines`` that hold the most of the query's
+    terms (a line counts each distinct term once; the earliest such window on a tie, so a
+    definition whose body says nothing about the query keeps its signature)."""
+    if len(lines) <= width:
+        return 0
+    wanted = set(tokenize(query))
+    score = [len(wanted.intersection(tokenize(line))) for line in lines]
+    best = total = sum(score[:width])
+    at = 0
+    for i in range(width, len(score)):
+        total += score[i] - score[i - width]
+        if total > best:
+            best, at = total, i - width + 1
+    return at

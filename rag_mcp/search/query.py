@@ -18,7 +18,7 @@ from cachetools import TTLCache
 from rag_mcp.config import Settings
 from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, Stale
 from rag_mcp.index.spans import Span, digest
-from rag_mcp.search.join import Placed, joined_label, plan_joins
+from rag_mcp.search.join import Placed, best_window, focus, joined_label, plan_joins
 from rag_mcp.search.links import where
 from rag_mcp.search.preview import describe
 from rag_mcp.search.reader import cap_text, join_parts, read_span
@@ -187,7 +187,7 @@ class QueryService:
         def tau_of(f: _Found) -> float:
             return f.retrieval.calibration.tau if p.tau is None else float(p.tau)
 
-        wanted = self._join(found, p.k, tau_of)
+        wanted = self._join(found, p.k, tau_of, p.query)
         kept = [f for f in wanted if f.hit.score >= tau_of(f)]
         dropped = len(wanted) - len(kept)
         low = bool(wanted) and not any(
@@ -232,10 +232,11 @@ class QueryService:
             unavailable=dict(unavailable) if len(self.repos) > 1 and unavailable else None,
         )
 
-    def _join(self, found: list[_Found], k: int, tau_of: Callable[[_Found], float]
-              ) -> list[_Found]:
+    def _join(self, found: list[_Found], k: int, tau_of: Callable[[_Found], float],
+              query: str) -> list[_Found]:
         """The first ``k`` answers, adjacent hits of one file joined (``search.join``); a hit
         under tau never joins. When a part no longer matches its file, the parts stay apart.
+        A code answer after the first is narrowed to ``query.focus_lines`` (``join.focus``).
 
         The groups are planned for the most rag_query ever returns (``MAX_K``) whatever ``k``
         asks, so a smaller k is always the beginning of a larger one's answer."""
@@ -247,6 +248,12 @@ class QueryService:
         out: list[_Found] = []
         for group in groups[:k]:
             members = [found[i] for i in group]
+            narrow = (bool(out) and 0 < self.s.focus_lines
+                      and members[0].hit.span.kind == "code")
+            if narrow:  # the best span, narrowed or grown (whole when unreadable)
+                joined = self._joined(members, query)
+                out.append(replace(members[0], joined=joined) if joined else members[0])
+                continue
             joined = self._joined(members) if len(members) > 1 else None
             if joined is not None:
                 out.append(replace(members[0], joined=joined))
@@ -254,15 +261,40 @@ class QueryService:
                 out.extend(members)
         return out[:k]
 
-    def _joined(self, members: list[_Found]) -> _Joined | None:
+    def _joined(self, members: list[_Found], focus_on: str | None = None) -> _Joined | None:
+        """The range covering ``members`` (best first), read from the file now; ``focus_on``
+        (the query) narrows it to ``query.focus_lines`` lines (``join.focus``)."""
         lead = members[0]
-        spans = sorted((f.hit.span for f in members), key=lambda sp: sp.start_line)
+        start, end = (min(f.hit.span.start_line for f in members),
+                      max(f.hit.span.end_line for f in members))
+        width = self.s.focus_lines
+        if focus_on is not None:
+            start, end = focus([Placed(None, f.hit.span.start_line, f.hit.span.end_line)
+                                for f in members], gap=self.s.join_gap, max_lines=width)
+        spans = sorted((f.hit.span for f in members
+                        if f.hit.span.start_line <= end and f.hit.span.end_line >= start),
+                       key=lambda sp: sp.start_line)
         got = join_parts(lead.repo.root, lead.hit.span.path,
                          [(sp.start_line, sp.end_line, sp.digest) for sp in spans],
                          max_bytes=self.s.max_file_bytes)
         if got is None:
             return None
-        start, end, text = got
+        first, _, text = got
+        lines = text.split("\n")[start - first:end - first + 1]
+        if focus_on is not None and len(lines) > width:  # the best span alone is longer
+            at = best_window(lines, focus_on, width)
+            lines = lines[at:at + width]
+            start += at
+        while len(lines) > 1 and not lines[-1].strip():
+            lines.pop()
+        while len(lines) > 1 and not lines[0].strip():
+            lines.pop(0)
+            start += 1
+        end = start + len(lines) - 1
+        text = "\n".join(lines)
+        if focus_on is not None and (start, end) == (lead.hit.span.start_line,
+                                                     lead.hit.span.end_line):
+            return None  # the best span, whole: answered as itself
         parents = {sp.parent for sp in spans}
         span = replace(lead.hit.span, start_line=start, end_line=end, digest=digest(text),
                        byte_len=len(text.encode("utf-8", "surrogatepass")),

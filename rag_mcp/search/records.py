@@ -55,8 +55,9 @@ class QueryHit:
     repo: Annotated[str, Field(
         description="The repository the span is in (see rag_health for names)")]
     parts: Annotated[tuple[str, ...] | None, Field(
-        description="Adjacent spans of one file returned as this one range: their IDs (the "
-                    "hit's own ID reads the whole range)")] = None
+        description="The indexed spans of one file this range joins, or cuts when it was "
+                    "narrowed to the lines that matched: their IDs (the hit's own ID reads "
+                    "the range)")] = None
     page_id: Annotated[str | None, Field(
         description="DokuWiki page ID of a wiki page, e.g. 'wiki:syntax'")] = None
     anchor: Annotated[str | None, Field(

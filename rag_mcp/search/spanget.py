@@ -133,21 +133,26 @@ MAX_JOIN_CANDIDATES = 8
 
 def _joined(repo: Repo, catalog: Catalog, sid: SpanId, span_id: str, context_lines: int,
             max_bytes: int | None) -> SpanResult:
-    """A range rag_query joined from two or more adjacent indexed spans (``rag_mcp.search.join``).
+    """A range rag_query joined from adjacent indexed spans, or narrowed to some of their lines
+    (``rag_mcp.search.join``).
 
-    The exact range when indexed spans fill it (its answer is final: reading it already looks
-    for the text elsewhere in the file); otherwise, for an ID handed out as the "moved" ID of a
-    joined range, the runs of indexed spans with as many lines, nearest first."""
+    The exact range when the indexed spans it covers or cuts hold it (its answer is final:
+    reading it already looks for the text elsewhere in the file); otherwise, for an ID handed
+    out as the "moved" ID of a joined range, the runs of indexed spans with as many lines,
+    nearest first."""
     n = sid.end_line - sid.start_line + 1
-    inside = catalog.within(sid.path, sid.start_line, sid.end_line)
-    exact = (len(inside) >= 2 and inside[0].span.start_line == sid.start_line
-             and max(r.span.end_line for r in inside) == sid.end_line)
-    runs = [inside] if exact else _runs(catalog.of_path(sid.path), n, sid.start_line)
+    of_path = catalog.of_path(sid.path)
+    cut = [r for r in of_path
+           if r.span.start_line <= sid.end_line and r.span.end_line >= sid.start_line]
+    exact = (bool(cut) and cut[0].span.start_line <= sid.start_line
+             and max(r.span.end_line for r in cut) >= sid.end_line)
+    runs = [cut] if exact else _runs(of_path, n, sid.start_line)
     for run in runs[:MAX_JOIN_CANDIDATES]:
         lead = run[0].span
+        start = sid.start_line if exact else lead.start_line
         try:
             text = read_joined(
-                repo.root, sid.path, lead.start_line, lead.start_line + n - 1, sid.digest,
+                repo.root, sid.path, start, start + n - 1, sid.digest,
                 [(r.span.start_line, r.span.end_line, r.span.digest) for r in run],
                 (catalog.text(run[0].sid) or "").split("\n", 1)[0],
                 context_lines=context_lines, max_bytes=repo.settings.max_file_bytes)
@@ -157,8 +162,7 @@ def _joined(repo: Repo, catalog: Catalog, sid: SpanId, span_id: str, context_lin
             continue
         # labelled by its first part (rag_query labels it by its best-ranked one, which the ID
         # does not record)
-        sp = replace(lead, start_line=lead.start_line, end_line=lead.start_line + n - 1,
-                     digest=sid.digest)
+        sp = replace(lead, start_line=start, end_line=start + n - 1, digest=sid.digest)
         return _result(repo, span_id, str(sid), sp, text, context_lines, max_bytes)
     raise NotFound(f"no span {span_id} in the index; use an id returned by rag_query "
                    "(the index may have been rebuilt since)")
