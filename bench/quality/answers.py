@@ -2,8 +2,8 @@
 and whether a joined hit names what it spans.
 
 Every question of the evaluation kit's sets is asked through rag_query's path (``QueryService``,
-default k, tau and budgets) against its own corpus, once per setting of ``query.join_max_lines``
-(side by side in one run; the first is the default before the change), and for each:
+default k, tau and budgets) against its own corpus, once per setting of ``query.focus_lines``
+(side by side in one run; 0 answers every hit whole, as before focusing), and for each:
 
 - lines: the lines of each returned hit (median and 90th percentile over all hits of a set),
   and the share of hits that are joined ranges;
@@ -14,9 +14,10 @@ default k, tau and budgets) against its own corpus, once per setting of ``query.
   the one served now;
 - joined hits that name every symbol and section of their parts.
 
-    .venv/bin/python -m bench.quality.answers [--sets docs,cosqa,...] [--join-max-lines 150,30]
+    .venv/bin/python -m bench.quality.answers [--sets docs,cosqa,...] [--focus-lines 0,30]
 
-Indexes come from bench/quality/sets.py (int8, bench/.work/index); a missing one is built.
+Indexes come from bench/quality/sets.py (int8, the default model unless ``--model``,
+bench/.work/index); a missing one is built.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from bench.quality.sets import (
     use_kit,
 )
 from indexers.pipeline import run_index
-from rag_mcp.config import Settings
+from rag_mcp.config import Settings, load_settings
 from rag_mcp.deps import build_deps
 from rag_mcp.embed.pool import EmbedderPool
 from rag_mcp.eval.metrics import LineSpan, score_query
@@ -49,6 +50,9 @@ from rag_mcp.search.retrieve import QueryVectors
 BACKEND = "onnx-int8"
 SETS = ("docs", "cosqa", "docstring", "swebench_lite")
 CODE_SETS = ("cosqa", "docstring", "swebench_lite")
+#: the product's defaults (configs/default.toml): its embedding model and focus_lines
+MODEL_SETTINGS = load_settings({}, environ={})
+MODEL = MODEL_SETTINGS.embed_model
 
 
 @dataclass
@@ -107,7 +111,8 @@ def ask(settings: Settings, ev: EvalSet, sub: str, tally: Tally, pool: EmbedderP
 
 
 def measure(sets: list[str], limits: list[int], built_only: bool = False,
-            skipped: list[str] | None = None) -> dict[tuple[str, int], Tally]:
+            skipped: list[str] | None = None, model: str = MODEL
+            ) -> dict[tuple[str, int], Tally]:
     skipped = skipped if skipped is not None else []
     out: dict[tuple[str, int], Tally] = defaultdict(Tally)
     pool: EmbedderPool | None = None
@@ -115,14 +120,14 @@ def measure(sets: list[str], limits: list[int], built_only: bool = False,
     for name in sets:
         ev = load_set(name)
         for sub in ev.corpora:
-            base = settings_for(ev, sub, BACKEND)
+            base = settings_for(ev, sub, BACKEND, model=model)
             if built_only and not is_built(base):
                 skipped.append(sub.split("/")[0] or name)
                 continue
             run_index(base)  # nothing to do when the index is current
             pool = pool or EmbedderPool(base)
             for limit in limits:
-                ask(replace(base, join_max_lines=limit), ev, sub, out[(name, limit)], pool, qvec)
+                ask(replace(base, focus_lines=limit), ev, sub, out[(name, limit)], pool, qvec)
         print(f"{name}: asked", flush=True)
     return out
 
@@ -143,7 +148,7 @@ def report(tallies: dict[tuple[str, int], Tally], limits: list[int]) -> tuple[st
                      f"{t.joined / n:.1%}", sum(t.rr) / len(t.rr) if t.rr else 0.0,
                      f"{t.weak_stored / n:.1%}", f"{t.weak_served / n:.1%}",
                      f"{t.joined_named}/{t.joined}"])
-    table = md_table(["set", "join_max_lines", "hits returned", "median lines", "p90 lines",
+    table = md_table(["set", "focus_lines", "hits returned", "median lines", "p90 lines",
                       "most lines", "joined", "MRR@10 (tau 0)", "weak previews, stored",
                       "weak previews, served", "joined hits naming every part"], rows)
     return table, met
@@ -153,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(SETS))
-    ap.add_argument("--join-max-lines", default="150,30",
-                    help="settings compared side by side, the default last")
+    ap.add_argument("--focus-lines", default=f"0,{MODEL_SETTINGS.focus_lines}",
+                    help="settings compared side by side, the default last (0: answers whole)")
+    ap.add_argument("--model", default=MODEL, help="embedding model of the indexes")
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument("--built-only", action="store_true",
                     help="skip the corpora that have no index yet instead of building them "
@@ -163,11 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     use_kit(args.kit)
     sets = args.sets.split(",")
-    limits = [int(x) for x in args.join_max_lines.split(",")]
+    limits = [int(x) for x in args.focus_lines.split(",")]
     skipped: list[str] = []
-    table, met = report(measure(sets, limits, args.built_only, skipped), limits)
+    table, met = report(measure(sets, limits, args.built_only, skipped, args.model), limits)
     text = (f"{table}\n\nMedian returned hit at most 30 lines on every code set with "
-            f"join_max_lines = {limits[-1]}: {'met' if met else 'missed'}.")
+            f"focus_lines = {limits[-1]}: {'met' if met else 'missed'}.")
     if skipped:
         text += (f" Not indexed on this machine, so not asked: {len(skipped)} corpora ("
                  + ", ".join(sorted(skipped)) + ").")
@@ -176,8 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         write_section("answers", "## What an answer holds: hit widths, previews, joined labels"
                       "\n\n`python -m bench.quality.answers`\n\nEvery question of the kit's sets "
                       "through rag_query's path (default k, tau and budgets), once per "
-                      "join_max_lines setting. A weak preview is empty, a bare comment marker, a "
-                      "directive or the section's own heading; \"stored\" is the line the index "
+                      "focus_lines setting (0: every answer whole). A weak preview is empty, a "
+                      "bare comment marker, a directive or the section's own heading; "
+                      "\"stored\" is the line the index "
                       "keeps (what rag_query showed before), \"served\" what it shows now. Goal: "
                       "median returned hit at most 30 lines on the code sets with MRR@10 "
                       "unchanged.\n\n" + text
