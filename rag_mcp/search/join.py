@@ -10,10 +10,11 @@ The groups cover the longest prefix of the ranking that fits in k ranges: the sc
 the first hit that would need a (k+1)-th. rag_query plans them for its largest k (20) and
 answers with the first k, so asking for more never changes the first answers.
 
-Focus: a code answer after the first is narrowed to at most ``focus_lines`` lines (``focus``):
-its best-ranked span, grown by the group's other spans in rank order while the range stays that
-short; a best span longer than that alone gives the window of its lines that holds the most of
-the query's terms (``best_window``). The first answer, the one most likely right, stays whole.
+Focus: a code answer after the first two whose range is over twice ``focus_lines`` is narrowed
+to at most ``focus_lines`` lines (``focus``): its best-ranked span, grown by the group's other
+spans in rank order while the range stays that short; a best span longer than that alone gives
+the window of its lines that holds the most of the query's terms (``best_window``). The first
+two answers, the likeliest right, stay whole.
 """
 
 from __future__ import annotations
