@@ -181,8 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         write_section("answers", "## What an answer holds: hit widths, previews, joined labels"
                       "\n\n`python -m bench.quality.answers`\n\nEvery question of the kit's sets "
-                      "through rag_query's path (default k, tau and budgets), once per "
-                      "focus_lines setting (0: every answer whole). A weak preview is empty, a "
+                      f"through rag_query's path ({args.model}, default k, tau and budgets), "
+                      "once per focus_lines setting (0: every answer whole, as before code "
+                      "answers after the first two that run over twice focus_lines were "
+                      "narrowed to it). A weak preview is empty, a "
                       "bare comment marker, a directive or the section's own heading; "
                       "\"stored\" is the line the index "
                       "keeps (what rag_query showed before), \"served\" what it shows now. Goal: "
