@@ -74,7 +74,9 @@ def _candidates(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def semble_pools() -> tuple[Any, dict[str, Any], list[tuple[dict[str, Any], dict[str, Any]]]]:
+def semble_pools(model: str, backend: str = "onnx-int8"
+                 ) -> tuple[Any, dict[str, Any], list[tuple[dict[str, Any], dict[str, Any]]]]:
+    """Every semble query's pool over ``model``'s indexes (the repositories indexed so far)."""
     from rag_mcp.config import load_settings
 
     sc = S.scoring()
@@ -82,27 +84,32 @@ def semble_pools() -> tuple[Any, dict[str, Any], list[tuple[dict[str, Any], dict
     tasks = {t.qid: t for t in sc.load_tasks(str(S.kit()), specs)}
     pools = []
     for name, spec in sorted(specs.items()):
+        coll = S.collection(spec, model, backend)
+        if not (S.INDEX / coll / "CURRENT").exists():
+            print(f"  {name}: not indexed with {model} here, left out", flush=True)
+            continue
         s = load_settings({"root": str(S.root_of(spec)), "index_dir": str(S.INDEX),
-                           "collection": S.collection(spec, S.DEFAULT_MODEL, "onnx-int8"),
+                           "collection": coll, "embed_model": model, "embed_backend": backend,
                            "log_dir": str(S.WORKDIR / "logs")}, environ={})
         qs = [(t.qid, t.query) for t in tasks.values() if t.repo == name]
-        pools.append((spec, _dump(s, qs, POOLS / f"semble-{name}.pkl")))
+        pools.append((spec, _dump(s, qs, POOLS / f"semble-{name}-{S.tag(model, backend)}.pkl")))
     return sc, tasks, pools
 
 
-def kit_pools(sets: list[str]) -> list[tuple[Any, str, dict[str, Any]]]:
+def kit_pools(sets: list[str], model: str, backend: str = "onnx-int8"
+              ) -> list[tuple[Any, str, dict[str, Any]]]:
     from bench.quality.sets import INDEX, collection
 
     out = []
     for name in sets:
         ev = load_set(name)
         for sub in ev.corpora:
-            if not (INDEX / collection(name, sub, "onnx-int8") / "CURRENT").exists():
+            if not (INDEX / collection(name, sub, backend, model) / "CURRENT").exists():
                 continue  # not indexed here (SWE-bench's snapshots are many)
             qs = [(q["id"], q["query"]) for q in ev.queries if q.get("corpus", "") == sub]
             tag = sub.split("/")[0] or "corpus"
-            out.append((ev, sub, _dump(settings_for(ev, sub, "onnx-int8"), qs,
-                                       POOLS / f"kit-{name}-{tag}.pkl")))
+            out.append((ev, sub, _dump(settings_for(ev, sub, backend, model=model), qs,
+                                       POOLS / f"kit-{name}-{tag}-{S.tag(model, backend)}.pkl")))
     return out
 
 
@@ -142,7 +149,7 @@ def score_kit(w: R.Weights, pools: list[tuple[Any, str, dict[str, Any]]]) -> dic
     return {n: sum(v) / len(v) for n, v in per.items()}
 
 
-def service_check(sets: list[str]) -> list[list[object]]:
+def service_check(sets: list[str], model: str) -> list[list[object]]:
     """The kit's sets through rag-eval's path (QueryService, k = 10, tau = 0) with the stage
     off and on, side by side; a set's corpora without an index here are left out (said)."""
     from bench.quality.runs import score_run, service_run
@@ -152,12 +159,14 @@ def service_check(sets: list[str]) -> list[list[object]]:
     for name in sets:
         ev = load_set(name)
         ready = [q for q in ev.queries if (INDEX / collection(
-            name, q.get("corpus", ""), "onnx-int8") / "CURRENT").exists()]
+            name, q.get("corpus", ""), "onnx-int8", model) / "CURRENT").exists()]
         if not ready:
             continue
         sub = EvalSet(ev.name, ev.dir, ready)
-        off = score_run(sub, service_run(sub, "onnx-int8", "hybrid, stage off", rank=False))
-        on = score_run(sub, service_run(sub, "onnx-int8", "hybrid, stage on", rank=True))
+        off = score_run(sub, service_run(sub, "onnx-int8", "hybrid, stage off", rank=False,
+                                         model=model))
+        on = score_run(sub, service_run(sub, "onnx-int8", "hybrid, stage on", rank=True,
+                                        model=model))
         rows.append([f"{name} (n={len(ready)}" + ("" if len(ready) == len(ev.queries)
                                                    else f" of {len(ev.queries)}") + ")",
                      f"{off['MRR@10']:.4f}", f"{on['MRR@10']:.4f}",
@@ -174,6 +183,8 @@ def variants() -> list[tuple[str, R.Weights]]:
               dict(name=0.0, name_type=0.0, name_file=0.0, docs_symbol=0.0),
               "type definitions first (name_type)": dict(name_type=0.0),
               "files named after the identifier (name_file)": dict(name_file=0.0),
+              "members of the named type (member)": dict(member=0.0),
+              "examples folders second (example)": dict(example=0.0),
               "query words in the path (path)": dict(path=0.0),
               "file-level evidence (file)": dict(file=0.0),
               "docs second (docs, docs_symbol)": dict(docs=0.0, docs_symbol=0.0),
@@ -213,11 +224,14 @@ def main(argv: list[str] | None = None) -> None:
                     help="kit sets also asked through rag-eval's path, stage off and on "
                          "('' for none)")
     ap.add_argument("--no-write", action="store_true", help="do not touch docs/BENCHMARKS.md")
+    model, _backend = S.user_default()
+    ap.add_argument("--model", default=model,
+                    help=f"the indexes' embedding model (default: {model}, the user's)")
     add_kit_arg(ap)
     a = ap.parse_args(argv)
     use_kit(a.kit)
-    sc, tasks, sp = semble_pools()
-    kp = kit_pools(a.sets.split(","))
+    sc, tasks, sp = semble_pools(a.model)
+    kp = kit_pools(a.sets.split(","), a.model)
     if a.fit:
         fit(sc, tasks, sp, kp)
     rows: list[list[object]] = []
@@ -237,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
             "\"without X\" is the default with that rule's weights at 0.\n\n"
             + md_table(head, rows)
             + "\n\n`.venv/bin/python -m bench.quality.rank_weights`")
-    checked = service_check([x for x in a.service.split(",") if x])
+    checked = service_check([x for x in a.service.split(",") if x], a.model)
     if checked:
         text += ("\n\nThe kit's sets end to end through rag-eval's path (QueryService, k = 10, "
                  "tau = 0), the stage off (`query.rank = false`) and on, in one run:\n\n"

@@ -37,7 +37,6 @@ WORKDIR = WORK / "semble"
 REPOS = WORKDIR / "repos"
 INDEX = WORKDIR / "index"
 RUNS = WORKDIR / "runs"
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
 #: rag_query's arguments: the benchmark scores the top 10 spans, whatever their confidence
 K, TAU, SPANS = 10, 0.0, 10
 #: the peers shown beside us, in the published file's names (label, name)
@@ -76,9 +75,19 @@ def unpack() -> Path:
     return REPOS
 
 
+def user_default() -> tuple[str, str]:
+    """The embedding model and backend a user gets (configs/default.toml, no environment)."""
+    from rag_mcp.config import load_settings
+
+    s = load_settings({}, environ={})
+    return s.embed_model, s.embed_backend
+
+
 def tag(model: str, backend: str) -> str:
+    """The index's name tag: backend and model, so indexes of two models never share a name
+    (all-MiniLM-L6-v2's go by the backend alone: the name they had when it was the default)."""
     short = {"onnx-int8": "int8", "onnx": "fp32"}.get(backend, backend)
-    return short if model == DEFAULT_MODEL else f"{short}-{model.split('/')[-1]}"
+    return short if model == "all-MiniLM-L6-v2" else f"{short}-{model.split('/')[-1]}"
 
 
 def root_of(spec: dict[str, Any]) -> Path:
@@ -250,8 +259,9 @@ def tables(rows: list[dict[str, Any]], label: str, others: dict[str, list[dict[s
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=DEFAULT_MODEL, help="embedding model (default: bundled)")
-    ap.add_argument("--backend", default="onnx-int8", help="embedding backend")
+    model, backend = user_default()
+    ap.add_argument("--model", default=model, help=f"embedding model (default: {model})")
+    ap.add_argument("--backend", default=backend, help=f"embedding backend (default: {backend})")
     ap.add_argument("--repos", help="comma-separated subset (default: all 26)")
     ap.add_argument("--label", help="run name (default: rag-mcp, with the model's tag)")
     ap.add_argument("--reindex", action="store_true", help="rebuild every index from scratch")
@@ -277,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"unknown repositories: {', '.join(unknown)}")
     specs = [specs_by[n] for n in chosen]
     tasks = sc.load_tasks(str(kit()), specs_by, chosen)
-    label = a.label or ("rag-mcp" if a.model == DEFAULT_MODEL and a.backend == "onnx-int8"
+    label = a.label or ("rag-mcp" if (a.model, a.backend) == (model, backend)
                         else f"rag-mcp ({tag(a.model, a.backend)})")
     extra = dict(e.split("=", 1) for e in a.env)
     if any(not k.startswith("RAG_") for k in extra):

@@ -76,6 +76,8 @@ DOC_WORDS = frozenset({"doc", "docs", "documentation", "documented", "readme", "
                        "tutorial", "example", "examples", "changelog", "install",
                        "installation", "usage", "faq", "license", "contributing"})
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+#: a folder of examples, demos or samples: code that uses the project, not the project
+EXAMPLE_DIR = re.compile(r"(?i)(?:^|/)_?(?:examples?|demos?|samples?)/")
 #: a question about how the code works, rather than how to use it ("how does X parse",
 #: "how the router matches", "where is X implemented"); "how do I" / "how to" are a user's
 CODE_QUESTION = re.compile(
@@ -105,6 +107,8 @@ class Weights:
     name: float = 0.3
     name_type: float = 0.1
     name_file: float = 0.15
+    member: float = 0.2
+    example: float = 0.2
     path: float = 0.15
     file: float = 0.04
     docs: float = 0.15
@@ -209,10 +213,13 @@ def name_evidence(c: Candidate, q: QueryIntent, w: Weights) -> float:
         return 0.0
     s = 0.0
     sym = QUALIFIER.sub(".", c.symbol or "")
-    last = sym.rsplit(".", 1)[-1]
+    parts = sym.split(".")
+    last = parts[-1]
     lowered = {n.lower() for n in q.names}
     if sym and (last in q.names or any(sym.endswith("." + n) or sym == n for n in q.names)):
         s += w.name + (w.name_type if c.definition in TYPE_KINDS else 0.0)
+    elif sym and w.member and not q.names.isdisjoint(parts[:-1]):
+        s += max(w.member, w.name / 2 if last.lower() in lowered else 0.0)
     elif sym and last.lower() in lowered:
         s += w.name / 2
     stem = re.sub(r"[-_]", "", _stem(c.path).lower())
@@ -233,6 +240,8 @@ def base_evidence(c: Candidate, q: QueryIntent, w: Weights, shares: dict[str, fl
     s = c.score
     if q.bare:
         s += name_evidence(c, q, w)
+    if q.code and w.example and EXAMPLE_DIR.search(c.path):
+        s -= w.example
     if q.words and not q.bare and w.path:
         share = shares.get(c.path)
         if share is None:
