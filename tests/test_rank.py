@@ -5,6 +5,7 @@ files, and every rule can be switched off (``query.rank = false`` keeps the fusi
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,26 @@ def test_a_long_query_gets_less_of_the_stage() -> None:
     cands.append(_c("b.py", 0.55))
     assert R.rank("parse the header", cands)[:2] == [0, 3]
     assert R.rank(issue, cands)[:4] == [0, 1, 2, 3]
+
+
+def test_a_member_of_the_named_type_beats_a_namesake_in_another_case() -> None:
+    # `Serialize` asks for the trait: its method outranks another type's `serialize`
+    cands = [_c("src/private/ser.rs", 0.60, symbol="Content.serialize", definition="method"),
+             _c("src/ser/mod.rs", 0.58, symbol="Serialize.serialize", definition="method")]
+    assert cands[R.rank("Serialize", cands)[0]].path == "src/ser/mod.rs"
+    assert cands[R.rank("Serialize", cands, replace(R.DEFAULT, member=0.0))[0]].path \
+        == "src/private/ser.rs"
+    # the definition itself still comes before its members
+    cands.append(_c("src/ser/mod.rs", 0.50, start=200, end=260, symbol="Serialize",
+                    definition="trait"))
+    assert R.rank("Serialize", cands)[0] == 2
+
+
+def test_examples_come_after_the_code_for_a_code_question() -> None:
+    cands = [_c("_examples/rest/main.go", 0.60, symbol="main", definition="function"),
+             _c("tree.go", 0.55, symbol="node.findRoute", definition="method")]
+    assert cands[R.rank("how are routes matched", cands)[0]].path == "tree.go"
+    no_rule = replace(R.DEFAULT, example=0.0)
+    assert cands[R.rank("how are routes matched", cands, no_rule)[0]].path.startswith("_ex")
+    # a user's how-to may well be answered by an example: the fusion's order stands
+    assert cands[R.rank("how do I mount a router", cands)[0]].path.startswith("_ex")
