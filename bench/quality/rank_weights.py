@@ -9,8 +9,8 @@ scores it with its own rule: semble's NDCG@10 (bench/quality/semble.py, the mean
 repositories) and the kit sets' MRR@10 (rag-eval's rule). The end-to-end numbers through MCP are
 bench/quality/semble.py's and bench/quality/retrieval.py's; this script chooses and explains.
 
-    .venv/bin/python -m bench.quality.rank_weights [--sets docs,cosqa,docstring] [--fit]
-        [--no-write]
+    .venv/bin/python -m bench.quality.rank_weights [--models M1,M2] [--sets docs,cosqa]
+        [--fit] [--no-write]
 
 Writes the "rank-ablation" section of docs/BENCHMARKS.md: the stage off, on, and on with each
 rule off, per benchmark. ``--fit`` also prints a coordinate search over the weights (each one

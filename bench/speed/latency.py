@@ -77,9 +77,9 @@ async def measure(roots: list[Path], calls: int, rounds: int, baseline: Path | N
         # The protocol round trip. ClientSession.call_tool also re-validates structured output
         # against the tool's JSON schema with `jsonschema.validate`, which re-checks the schema
         # itself every call (~5-60 ms here): a client-side cost, measured separately below.
-        return await session.send_request(
-            types.ClientRequest(types.CallToolRequest(
-                params=types.CallToolRequestParams(name=name, arguments=arguments))),
+        return await session.send_request(  # SDK 2: the request model itself, no ClientRequest
+            types.CallToolRequest(
+                params=types.CallToolRequestParams(name=name, arguments=arguments)),
             types.CallToolResult)
 
     out: dict[str, dict[str, Any]] = {}
