@@ -245,8 +245,10 @@ def main(argv: list[str] | None = None) -> None:
         kp = kit_pools(a.sets.split(","), m)
         if a.fit:
             fit(sc, tasks, sp, kp)
-        text += f"\n\nWith {m} ({len(sp)} of semble's {len(S.scoring().load_specs(str(S.kit())))}"
-        text += " repositories indexed):\n\n" + ablation_table(sc, tasks, sp, kp)
+        total = len(S.scoring().load_specs(str(S.kit())))
+        some = "" if len(sp) == total else ": " + ", ".join(spec["name"] for spec, _ in sp)
+        text += (f"\n\nWith {m} ({len(sp)} of semble's {total} repositories indexed{some}):"
+                 "\n\n" + ablation_table(sc, tasks, sp, kp))
     text += f"\n\n`.venv/bin/python -m bench.quality.rank_weights --models {a.models}`"
     checked = service_check([x for x in a.service.split(",") if x], models[0])
     if checked:

@@ -126,7 +126,8 @@ async def measure(roots: list[Path], calls: int, rounds: int, baseline: Path | N
                     for k, v in sc.get("timings", {}).items():
                         if k in res["split"]:
                             res["split"][k].append(v)
-                    ids[name] += [h["id"] for h in sc["hits"][:1]]
+                    # the hits are the structured content's, whichever holds the diagnostics
+                    ids[name] += [h["id"] for h in (r.structured_content or {})["hits"][:1]]
         for block in blocks:
             for name, session in sessions.items():
                 res = out[name]
