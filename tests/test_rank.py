@@ -210,3 +210,17 @@ def test_examples_come_after_the_code_for_a_code_question() -> None:
     assert cands[R.rank("how are routes matched", cands, no_rule)[0]].path.startswith("_ex")
     # a user's how-to may well be answered by an example: the fusion's order stands
     assert cands[R.rank("how do I mount a router", cands)[0]].path.startswith("_ex")
+
+
+def test_a_file_preamble_comes_after_the_code_for_a_code_question() -> None:
+    # a file's nameless first span (imports, a namespace) names the module's words, no answer
+    cands = [_c("src/rows.cs", 0.60, start=1, end=5),
+             _c("src/reader.cs", 0.58, start=20, end=60, symbol="Reader.Read",
+                definition="method")]
+    assert cands[R.rank("how are results materialized", cands)[0]].path == "src/reader.cs"
+    no_rule = replace(R.DEFAULT, preamble=0.0)
+    assert cands[R.rank("how are results materialized", cands, no_rule)[0]].path == "src/rows.cs"
+    # a nameless span further down, or a question that is not about code, keeps its place
+    later = [replace(cands[0], start_line=40, end_line=45), cands[1]]
+    assert later[R.rank("how are results materialized", later)[0]].path == "src/rows.cs"
+    assert cands[R.rank("results materialized", cands)[0]].path == "src/rows.cs"

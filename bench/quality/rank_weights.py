@@ -187,6 +187,7 @@ def variants() -> list[tuple[str, R.Weights]]:
               "files named after the identifier (name_file)": dict(name_file=0.0),
               "members of the named type (member)": dict(member=0.0),
               "examples folders second (example)": dict(example=0.0),
+              "file preambles second (preamble)": dict(preamble=0.0),
               "query words in the path (path)": dict(path=0.0),
               "file-level evidence (file)": dict(file=0.0),
               "docs second (docs, docs_symbol)": dict(docs=0.0, docs_symbol=0.0),
