@@ -32,6 +32,7 @@ from bench._report import WORK, md_table, write_section
 from bench.quality import semble as S
 from bench.quality.sets import add_kit_arg, load_set, settings_for, use_kit
 from rag_mcp.search import rank as R
+from rag_mcp.search.fusion import calibration_for
 from rag_mcp.search.join import Placed, plan_joins
 
 POOLS = WORK / "rank" / "pools"
@@ -94,7 +95,8 @@ def semble_pools(model: str, backend: str = "onnx-int8"
                            "collection": coll, "embed_model": model, "embed_backend": backend,
                            "log_dir": str(S.WORKDIR / "logs")}, environ={})
         qs = [(t.qid, t.query) for t in tasks.values() if t.repo == name]
-        pools.append((spec, _dump(s, qs, POOLS / f"semble-{name}-{S.tag(model, backend)}.pkl")))
+        pool = _dump(s, qs, POOLS / f"semble-{name}-{S.tag(model, backend)}.pkl")
+        pools.append((spec, pool | {"terms": calibration_for(model).terms}))
     return sc, tasks, pools
 
 
@@ -110,14 +112,17 @@ def kit_pools(sets: list[str], model: str, backend: str = "onnx-int8"
                 continue  # not indexed here (SWE-bench's snapshots are many)
             qs = [(q["id"], q["query"]) for q in ev.queries if q.get("corpus", "") == sub]
             tag = sub.split("/")[0] or "corpus"
-            out.append((ev, sub, _dump(settings_for(ev, sub, backend, model=model), qs,
-                                       POOLS / f"kit-{name}-{tag}-{S.tag(model, backend)}.pkl")))
+            pool = _dump(settings_for(ev, sub, backend, model=model), qs,
+                         POOLS / f"kit-{name}-{tag}-{S.tag(model, backend)}.pkl")
+            out.append((ev, sub, pool | {"terms": calibration_for(model).terms}))
     return out
 
 
-def top10(query: str, cands: list[R.Candidate], w: R.Weights) -> list[tuple[str, int, int]]:
-    """rag_query's first 10 answers: the stage's order, adjacent spans joined."""
-    order = [cands[i] for i in R.rank(query, cands, w)]
+def top10(query: str, cands: list[R.Candidate], w: R.Weights, terms: float = 8
+          ) -> list[tuple[str, int, int]]:
+    """rag_query's first 10 answers: the stage's order (``terms``: the model's calibration's
+    length threshold, as the retriever passes it), adjacent spans joined."""
+    order = [cands[i] for i in R.rank(query, cands, w, terms=terms)]
     groups = plan_joins([Placed(c.path, c.start_line, c.end_line) for c in order], 20,
                         gap=JOIN_GAP, max_lines=JOIN_MAX_LINES)
     return [(order[g[0]].path, min(order[i].start_line for i in g),
@@ -132,7 +137,7 @@ def score_semble(w: R.Weights, sc: Any, tasks: dict[str, Any],
         for q in pool["queries"]:
             t = tasks[q["qid"]]
             res = [(f"{prefix}/{p}" if prefix else p, s, e)
-                   for p, s, e in top10(q["query"], q["cands"], w)]
+                   for p, s, e in top10(q["query"], q["cands"], w, pool["terms"])]
             rows.append({"repo": t.repo, "language": t.language, "category": t.category,
                          "ndcg10": sc.score_task(t, res)["ndcg10"]})
     summary: dict[str, Any] = sc.summarize(sc.per_repo(rows), rows)
@@ -146,7 +151,8 @@ def score_kit(w: R.Weights, pools: list[tuple[Any, str, dict[str, Any]]]) -> dic
     for ev, _sub, pool in pools:
         gold = {q["id"]: [LineSpan.of(g) for g in q["gold"]] for q in ev.queries}
         for q in pool["queries"]:
-            res = [LineSpan(p, s, e) for p, s, e in top10(q["query"], q["cands"], w)]
+            res = [LineSpan(p, s, e)
+                   for p, s, e in top10(q["query"], q["cands"], w, pool["terms"])]
             per.setdefault(ev.name, []).append(score_query(gold[q["qid"]], res)["MRR@10"])
     return {n: sum(v) / len(v) for n, v in per.items()}
 
