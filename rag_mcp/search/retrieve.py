@@ -34,6 +34,7 @@ from rag_mcp.search.fusion import (
     rrf,
     shift_score,
 )
+from rag_mcp.search.pages import with_page_evidence
 from rag_mcp.search.rank import ranked
 
 LANGUAGE_ALIASES = {
@@ -218,6 +219,8 @@ class Retriever:
         penalty = 0.0 if filters.path is not None else self.test_penalty(tokens, n_terms, cal)
         hits = self._fuse(idx, qv, dense, lexical, n, bound, n_terms, filters, fusion, cal,
                           penalty)
+        if fusion == "convex":
+            hits = with_page_evidence(hits, idx, tokens, cal.page)
         coverage = lexical_coverage(idx.lexical, tokens) if tokens else 1.0
         hits = with_coverage(hits, cal, coverage)
         s = self.handle.settings
