@@ -219,9 +219,10 @@ class Retriever:
         penalty = 0.0 if filters.path is not None else self.test_penalty(tokens, n_terms, cal)
         hits = self._fuse(idx, qv, dense, lexical, n, bound, n_terms, filters, fusion, cal,
                           penalty)
-        if fusion == "convex":
-            hits = with_page_evidence(hits, idx, tokens, cal.page)
         coverage = lexical_coverage(idx.lexical, tokens) if tokens else 1.0
+        if fusion == "convex":
+            # words the corpus lacks (a question in another language) count as unmatched
+            hits = with_page_evidence(hits, idx, tokens, cal.page * coverage)
         hits = with_coverage(hits, cal, coverage)
         s = self.handle.settings
         if fusion == "convex" and s.rank:
