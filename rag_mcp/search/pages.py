@@ -12,8 +12,9 @@ index, one document per page of prose) to its fused score lifts MRR@10 from 0.64
 subject the way a page is, and the ranking stage (``search.rank``) has its own file evidence.
 
 The page's BM25 is taken over its bound for the query (``LexicalIndex.upper_bound``), the same
-absolute scale as the span's own ``lex``; it changes the order only (``Hit.raw``), not the
-calibrated score, like the ranking stage.
+absolute scale as the span's own ``lex``, and counted from the best page among the hits, so
+that it never lifts prose over code (``with_page_evidence``). It changes the order only
+(``Hit.raw``), not the calibrated score, like the ranking stage.
 """
 
 from __future__ import annotations
@@ -47,13 +48,20 @@ def page_shares(idx: OpenIndex, tokens: Sequence[str]) -> dict[str, float]:
 
 def with_page_evidence(hits: list[Hit], idx: OpenIndex, tokens: Sequence[str],
                        weight: float) -> list[Hit]:
-    """``hits`` reordered with ``weight`` times each prose span's page share added to ``raw``."""
+    """``hits`` reordered with each prose span's ``raw`` moved by ``weight`` times its page's
+    share less the best share among the hits' pages; code spans stay as they are.
+
+    Measured from the best page, the evidence only ever lowers: the sections of the page that
+    matches the question best keep their fused scores and those of weaker pages fall behind
+    them. Code files have no pages to add evidence from, so a gain would lift prose over code
+    (a README that restates a code question over the code that answers it); a loss cannot."""
     if weight <= 0.0 or not any(h.span.kind in PAGE_KINDS for h in hits):
         return hits
     shares = page_shares(idx, tokens)
     if not shares:
         return hits
-    out = [replace(h, raw=h.raw + weight * shares.get(h.span.path, 0.0))
+    best = max(shares.get(h.span.path, 0.0) for h in hits if h.span.kind in PAGE_KINDS)
+    out = [replace(h, raw=h.raw + weight * (shares.get(h.span.path, 0.0) - best))
            if h.span.kind in PAGE_KINDS else h for h in hits]
     out.sort(key=lambda h: (-h.raw, h.span.path, h.span.start_line))
     return out
