@@ -33,8 +33,6 @@ def incompatible(manifest: dict[str, Any], settings: Settings, identity: str,
         return "the chunker changed"
     if manifest.get("embed_text_version", "1") != EMBED_TEXT_VERSION:
         return "the text the model reads for a span changed"
-    if manifest.get("pages_version") != PAGES_VERSION:
-        return "pages of prose get a keyword index of their own (no vector is computed again)"
     if manifest.get("model_identity") != identity:
         same_model = (manifest.get("model"), manifest.get("backend")) == (
             settings.embed_model, settings.embed_backend)
@@ -48,6 +46,8 @@ def incompatible(manifest: dict[str, Any], settings: Settings, identity: str,
                if settings.embed_model == BUNDLED else "")
         return (f"the embedding model changed{was} to {settings.embed_model} "
                 f"({settings.embed_backend}){why}")
+    if manifest.get("pages_version") != PAGES_VERSION:
+        return "pages of prose get a keyword index of their own (no vector is computed again)"
     if manifest.get("config_hash") != settings.index_config_hash():
         return "index settings changed"
     if manifest.get("store") != store_kind:

@@ -136,7 +136,9 @@ def test_an_index_without_pages_is_rebuilt_with_a_reason() -> None:
     s = load_settings({})
     good = {"chunker_version": manifest.chunking.CHUNKER_VERSION,
             "embed_text_version": manifest.EMBED_TEXT_VERSION,
-            "pages_version": manifest.PAGES_VERSION}
+            "pages_version": manifest.PAGES_VERSION, "model_identity": "id",
+            "model": s.embed_model, "backend": s.embed_backend,
+            "embed_max_tokens": s.embed_max_tokens}
     old = {k: v for k, v in good.items() if k != "pages_version"}
     assert "pages of prose" in manifest.incompatible(old, s, "id", "chroma")
     assert "pages of prose" not in manifest.incompatible(good, s, "id", "chroma")
