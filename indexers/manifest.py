@@ -21,6 +21,10 @@ from rag_mcp.embed import BUNDLED
 from rag_mcp.index import generation as gen
 from rag_mcp.index.spans import EMBED_TEXT_VERSION
 
+#: what the generation's ``pages/`` index holds (bumped when that changes: a generation without
+#: it, or with another, is rebuilt; vectors come back from the embedding cache)
+PAGES_VERSION = 1
+
 
 def incompatible(manifest: dict[str, Any], settings: Settings, identity: str,
                  store_kind: str) -> str:
@@ -42,6 +46,8 @@ def incompatible(manifest: dict[str, Any], settings: Settings, identity: str,
                if settings.embed_model == BUNDLED else "")
         return (f"the embedding model changed{was} to {settings.embed_model} "
                 f"({settings.embed_backend}){why}")
+    if manifest.get("pages_version") != PAGES_VERSION:
+        return "pages of prose get a keyword index of their own (no vector is computed again)"
     if manifest.get("config_hash") != settings.index_config_hash():
         return "index settings changed"
     if manifest.get("store") != store_kind:
@@ -69,6 +75,7 @@ def build(settings: Settings, *, identity: str, store_kind: str, generation: int
         "schema_version": gen.SCHEMA_VERSION,
         "chunker_version": chunking.CHUNKER_VERSION,
         "embed_text_version": EMBED_TEXT_VERSION,
+        "pages_version": PAGES_VERSION,
         "model": s.embed_model,
         "backend": s.embed_backend,
         "model_identity": identity,

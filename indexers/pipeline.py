@@ -37,7 +37,7 @@ from rag_mcp.index import documents
 from rag_mcp.index import generation as gen
 from rag_mcp.index.catalog import Catalog
 from rag_mcp.index.handle import OpenIndex, quick_verify, verify_generation
-from rag_mcp.index.lexical import name_tokens, tokenize
+from rag_mcp.index.lexical import PAGE_KINDS, name_tokens, tokenize
 from rag_mcp.index.spans import embedding_key
 from rag_mcp.index.store import store_class
 
@@ -264,13 +264,15 @@ class _Run:
         try:
             catalog = Catalog(tmp / gen.CATALOG, readonly=False)
             lexical = LexicalIndex(tmp / gen.LEXICAL, create=True)
+            pages = LexicalIndex(tmp / gen.PAGES, create=True)
             vectors = self.vector_writer(tmp, present, base_manifest)
-            self.forget(cs, catalog, lexical)
+            self.forget(cs, catalog, lexical, pages)
             for work in feed:
                 self.check_cancel()
-                self.store_file(work, catalog, lexical, vectors)
+                self.store_file(work, catalog, lexical, pages, vectors)
             self.check_cancel()
             self.stats.chunk_seconds = feed.seconds
+            pages.commit()
             counts = self.commit(catalog, lexical, vectors)
             vectors.drain()
             live = catalog.emb_keys()
@@ -313,8 +315,10 @@ class _Run:
         if self.cancel.is_set():
             raise RunCancelled("the index run was stopped")
 
-    def forget(self, cs: changes.ChangeSet, catalog: Catalog, lexical: LexicalIndex) -> None:
-        """Drop the spans of deleted and changed files; note the touched files' new mtimes."""
+    def forget(self, cs: changes.ChangeSet, catalog: Catalog, lexical: LexicalIndex,
+               pages: LexicalIndex) -> None:
+        """Drop the spans (and page) of deleted and changed files; note the touched files' new
+        mtimes."""
         st = self.stats
         for c in cs.touched:
             catalog.touch_file(c.rel, c.size, c.mtime_ns)
@@ -322,13 +326,15 @@ class _Run:
             gone = catalog.remove_file(path)
             if gone:
                 lexical.delete(sid for sid, _ in gone)
+                pages.delete([min(sid for sid, _ in gone)])
                 st.spans_removed += len(gone)
         st.files_deleted = len(cs.deleted)
         st.files_unchanged = cs.present - len(cs.changed)
 
-    def store_file(self, w: Work, catalog: Catalog, lexical: LexicalIndex,
+    def store_file(self, w: Work, catalog: Catalog, lexical: LexicalIndex, pages: LexicalIndex,
                    vectors: VectorWriter) -> None:
-        """Store one chunked file's record and spans; its vectors go to ``vectors``."""
+        """Store one chunked file's record and spans; its vectors go to ``vectors``; a page of
+        prose also goes whole into ``pages``, keyed by its first span's sid."""
         # A file counts once stored (the model is at most one pool of spans behind, so the ETA
         # still follows it); counted only when its spans were embedded, a run whose spans fit
         # in one pool showed "0/N files" until its end, and skipped files never counted.
@@ -339,11 +345,16 @@ class _Run:
             return
         self.stats.files_changed += 1
         catalog.put_file(w.record)
+        first = 0
         for span, text, emb in w.spans:
             key = embedding_key(self.identity, emb)
             sid = catalog.add_span(span, key, text)
+            first = first or sid
             lexical.add(sid, tokenize(text), name_tokens(span.path, span.symbol or span.heading))
             vectors.want(key, emb)
+        if first and w.spans[0][0].kind in PAGE_KINDS:
+            pages.add(first, tokenize("\n".join(t for _, t, _ in w.spans)),
+                      name_tokens(w.spans[0][0].path, None))
         self.stats.spans_added += len(w.spans)
         vectors.file_stored()
 

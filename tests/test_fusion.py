@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -143,6 +144,12 @@ def retriever_for(sample_repo: Path, monkeypatch: pytest.MonkeyPatch
         d.close()
 
 
+def without_pages(r: Any) -> None:
+    """The retriever ``r`` with its calibration's page weight at 0: the fusion alone."""
+    ships = r.calibration
+    r.calibration = lambda idx: replace(ships(idx), page=0.0)
+
+
 def test_fusion_modes_order_by_their_own_evidence(retriever_for: Callable[..., Deps]) -> None:
     from rag_mcp.search.retrieve import Filters
 
@@ -172,6 +179,7 @@ def test_retriever_weights_long_queries_by_their_length(
     from rag_mcp.search.retrieve import Filters
 
     r = retriever_for(rank=False).repo().retriever  # the fusion's own order
+    without_pages(r)  # page evidence: test_pages
     short = "retry with backoff"
     long = ("when the remote server answers with an error status the client should retry the "
             "call with exponential backoff sleeping between tries then parse the span id split "
@@ -194,6 +202,7 @@ def test_retriever_weights_each_candidate_by_its_span_kind(
     from rag_mcp.search.retrieve import Filters
 
     r = retriever_for(rank=False).repo().retriever  # the fusion's own order
+    without_pages(r)  # page evidence: test_pages
     q = "install the demo and start the service"
     split = r.retrieve(q, Filters())
     cal = split.calibration

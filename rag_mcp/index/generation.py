@@ -8,7 +8,8 @@ Layout under ``<index_dir>/<collection>/``::
     gen-000007/        a complete, immutable generation
         manifest.json  schema/chunker version, model, dimension, config hash, counts (written last)
         spans.sqlite   every file (content hash) and span record (rag_mcp.index.catalog)
-        lexical/       the tantivy BM25 index
+        lexical/       the tantivy BM25 index of the spans
+        pages/         the same of whole pages of prose (docs, wiki pages, text), one document each
         chroma/        the vectors (embedded store only; a Chroma server keeps them otherwise)
         .readers       flock(LOCK_SH) by every process that has the generation open
     tmp-000008-<pid>/  a generation being written; never read, removed after a crash
@@ -44,6 +45,7 @@ CURRENT = "CURRENT"
 MANIFEST = "manifest.json"
 CATALOG = "spans.sqlite"
 LEXICAL = "lexical"
+PAGES = "pages"
 CHROMA = "chroma"
 READERS = ".readers"
 LOCK = "writer.lock"
@@ -325,8 +327,10 @@ def copy_generation(src: Path, dst: Path) -> None:
     """Copy the catalog and the lexical index of a generation as the starting point of the next
     one (the vector store carries its own over: ``VectorStore.carry_over``)."""
     shutil.copy2(src / CATALOG, dst / CATALOG)
-    shutil.copytree(src / LEXICAL, dst / LEXICAL,
-                    ignore=shutil.ignore_patterns(".tantivy-*.lock"))
+    for name in (LEXICAL, PAGES):
+        if (src / name).is_dir():
+            shutil.copytree(src / name, dst / name,
+                            ignore=shutil.ignore_patterns(".tantivy-*.lock"))
 
 
 def publish(base: Path, tmp: Path, n: int) -> Path:

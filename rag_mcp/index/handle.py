@@ -172,6 +172,8 @@ class OpenIndex:
         self._pin = gen.ReaderPin(pointer.dir) if pointer.dir.is_dir() else None
         self.catalog: Catalog | None = None
         self.vectors: VectorStore | None = None
+        #: whole pages of prose (None: a generation written before they were indexed)
+        self.pages: LexicalIndex | None = None
         self._copy: Path | None = None
         try:
             self.manifest = gen.read_manifest(pointer.dir)
@@ -200,6 +202,9 @@ class OpenIndex:
                     "not match the catalog"
                 )
             self.lexical.search(["rag-mcp-open-check"], 1)  # opens the postings of both fields
+            if (src / gen.PAGES).is_dir():
+                self.pages = LexicalIndex.private_copy(
+                    src / gen.PAGES, self.manifest.get("checksums"), f"{gen.PAGES}/")
             self.vectors = store_class(settings).open_reader(
                 settings, src, str(self.manifest.get("vector_collection", "")))
             if not self.vectors.holds(self.manifest.get("vectors")):
@@ -221,9 +226,10 @@ class OpenIndex:
         if self.vectors is not None:
             self.vectors.close()
             self.vectors = None
-        lexical: LexicalIndex | None = getattr(self, "lexical", None)
-        if lexical is not None:
-            lexical.close()
+        for name in ("lexical", "pages"):
+            index: LexicalIndex | None = getattr(self, name, None)
+            if index is not None:
+                index.close()
         if self._copy is not None:
             shutil.rmtree(self._copy, ignore_errors=True)
             self._copy = None

@@ -29,6 +29,10 @@ CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+[0-9]*|[A-Z]+[0-9]*|[0-9]+
 MAX_TOKEN_LEN = 48
 BM25_K1 = 1.2  # tantivy's constant (with b = 0.75)
 
+#: span kinds whose files are also indexed whole, as pages (the generation's ``pages/`` index):
+#: a page of documentation is about its subject as a whole, and its sections share its words
+PAGE_KINDS = frozenset({"doc", "text"})
+
 STOP_WORDS = frozenset(
     "a an and are as at be but by for from how i if in into is it its of on or so such that the "
     "their then there these this to was what when where which while who why will with".split()

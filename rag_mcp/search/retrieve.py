@@ -34,6 +34,7 @@ from rag_mcp.search.fusion import (
     rrf,
     shift_score,
 )
+from rag_mcp.search.pages import with_page_evidence
 from rag_mcp.search.rank import ranked
 
 LANGUAGE_ALIASES = {
@@ -219,6 +220,9 @@ class Retriever:
         hits = self._fuse(idx, qv, dense, lexical, n, bound, n_terms, filters, fusion, cal,
                           penalty)
         coverage = lexical_coverage(idx.lexical, tokens) if tokens else 1.0
+        if fusion == "convex":
+            # words the corpus lacks (a question in another language) count as unmatched
+            hits = with_page_evidence(hits, idx, tokens, cal.page * coverage)
         hits = with_coverage(hits, cal, coverage)
         s = self.handle.settings
         if fusion == "convex" and s.rank:
