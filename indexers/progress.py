@@ -55,7 +55,10 @@ class Progress:
         """The walk is listing the tree: ``found`` files so far (a huge tree takes a while,
         and silence looked like a hang)."""
         now = time.monotonic()
-        if self.quiet or (self._last is not None and now - self._last < self.interval):
+        # a terminal shows the count at once (it is redrawn in place); a log gets a line only
+        # once the walk has taken an interval, so a quick walk never logs a partial count
+        since = self._last if self._last is not None or self.tty else self._start
+        if self.quiet or (since is not None and now - since < self.interval):
             return
         self._last = now
         text = f"walking the tree: {found:,} files found"

@@ -78,8 +78,15 @@ def test_walking_is_shown_and_throttled() -> None:
     out = io.StringIO()
     p = Progress(out, tty=False, interval=1e9)  # longer than any uptime, as above
     p.walking(0)
-    p.walking(5_000)  # within the interval: not drawn
-    assert out.getvalue().splitlines() == ["walking the tree: 0 files found"]
+    p.walking(5_000)  # a walk quicker than the interval logs no partial count
+    assert out.getvalue() == ""
+    slow = io.StringIO()
+    slow_walk = Progress(slow, tty=False, interval=0.0)
+    slow_walk.walking(5)
+    assert slow.getvalue().splitlines() == ["walking the tree: 5 files found"]
+    screen = io.StringIO()
+    Progress(screen, tty=True, interval=1e9).walking(3)  # a terminal shows it at once
+    assert "walking the tree: 3 files found" in screen.getvalue()
     p.start(5_000)
     p.advance(files=1)  # the run's first line is drawn at once after the walk's
     assert out.getvalue().splitlines()[-1].startswith("indexing: 1/5,000 files")
