@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import textwrap
 from pathlib import Path
@@ -20,11 +19,9 @@ from indexers.pipeline import run_index
 from rag_mcp.config import load_settings
 from rag_mcp.serve.__main__ import main
 from tests.conftest import SAMPLE_REPO
+from tests.npm_tools import npm_tool
 
-REPO = Path(__file__).resolve().parent.parent
-PREFIX = REPO / ".cache" / "claude-code"
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.197"
-BIN = PREFIX / "node_modules" / ".bin" / "claude"
 HASH = "test-hash-64"
 
 pytestmark = pytest.mark.slow
@@ -32,17 +29,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="session")
 def claude() -> Path:
-    if BIN.exists():
-        return BIN
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: Claude Code (from npm) cannot run here")
-    done = subprocess.run([npm, "install", "--prefix", str(PREFIX), "--no-audit", "--no-fund",
-                           "--loglevel=error", CLAUDE_CODE], capture_output=True, text=True,
-                          timeout=900, check=False)
-    assert done.returncode == 0 and BIN.exists(), (
-        f"npm install {CLAUDE_CODE} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    return BIN
+    return npm_tool("claude-code", CLAUDE_CODE, "Claude Code") / "node_modules" / ".bin" / "claude"
 
 
 def test_claude_code_connects_with_the_written_config(claude: Path, tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,12 +27,11 @@ import pytest
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings
 from rag_mcp.serve.__main__ import main
+from tests.npm_tools import npm_tool
 from tests.test_http import TOKEN, serving, settings_for
 
 REPO = Path(__file__).resolve().parent.parent
-PREFIX = REPO / ".cache" / "codex"
 CODEX = "@openai/codex@0.171.0"
-BIN = PREFIX / "node_modules" / ".bin" / "codex"
 BROWSER = Path(__file__).resolve().parent / "consent_browser.py"
 
 pytestmark = pytest.mark.slow
@@ -41,17 +39,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="session")
 def codex() -> Path:
-    if BIN.exists():
-        return BIN
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: Codex CLI (from npm) cannot run here")
-    done = subprocess.run([npm, "install", "--prefix", str(PREFIX), "--no-audit", "--no-fund",
-                           "--loglevel=error", CODEX], capture_output=True, text=True,
-                          timeout=900, check=False)
-    assert done.returncode == 0 and BIN.exists(), (
-        f"npm install {CODEX} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    return BIN
+    return npm_tool("codex", CODEX, "Codex CLI") / "node_modules" / ".bin" / "codex"
 
 
 @pytest.fixture

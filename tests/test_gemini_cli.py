@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,11 +18,9 @@ import pytest
 from indexers.pipeline import run_index
 from rag_mcp.config import load_settings
 from rag_mcp.serve.__main__ import main
+from tests.npm_tools import npm_tool
 
-REPO = Path(__file__).resolve().parent.parent
-PREFIX = REPO / ".cache" / "gemini"
 GEMINI = "@google/gemini-cli@0.61.0"
-BIN = PREFIX / "node_modules" / ".bin" / "gemini"
 HASH = "test-hash-64"
 
 pytestmark = pytest.mark.slow
@@ -31,17 +28,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="session")
 def gemini() -> Path:
-    if BIN.exists():
-        return BIN
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: Gemini CLI (from npm) cannot run here")
-    done = subprocess.run([npm, "install", "--prefix", str(PREFIX), "--no-audit", "--no-fund",
-                           "--loglevel=error", GEMINI], capture_output=True, text=True,
-                          timeout=900, check=False)
-    assert done.returncode == 0 and BIN.exists(), (
-        f"npm install {GEMINI} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    return BIN
+    return npm_tool("gemini", GEMINI, "Gemini CLI") / "node_modules" / ".bin" / "gemini"
 
 
 def test_gemini_cli_connects_with_the_written_config(gemini: Path, sample_repo: Path,

