@@ -231,13 +231,12 @@ def _damage(settings: Settings, verify: bool) -> str | None:
     """The damage a plain ``rag-index`` run would find and repair (with ``verify``, all that a
     server would refuse); None when there is none."""
     from rag_mcp.index import generation as gen
-    from rag_mcp.index.handle import OpenIndex, quick_verify
+    from rag_mcp.index.handle import check_existing
 
     try:
         pointer = gen.read_pointer(settings.index_path)
-        if pointer is not None and (verify or not quick_verify(
-                pointer.dir, gen.read_manifest(pointer.dir))):
-            OpenIndex(settings, pointer).close()
+        if pointer is not None:
+            check_existing(settings, pointer, gen.read_manifest(pointer.dir), fully=verify)
     except IndexUnavailable as exc:
         return exc.message
     return None

@@ -36,7 +36,7 @@ from rag_mcp.errors import IndexUnavailable
 from rag_mcp.index import documents
 from rag_mcp.index import generation as gen
 from rag_mcp.index.catalog import Catalog
-from rag_mcp.index.handle import OpenIndex, quick_verify, verify_generation
+from rag_mcp.index.handle import OpenIndex, check_existing, verify_generation
 from rag_mcp.index.lexical import PAGE_KINDS, name_tokens, tokenize
 from rag_mcp.index.spans import embedding_key
 from rag_mcp.index.store import store_class
@@ -121,9 +121,8 @@ class _Run:
                 # A full run checks the base quickly first (sizes, small files' checksums, the
                 # mtimes of large ones): a run that finds nothing to update stops there. One
                 # that builds on the base opens it as a server would first (``full_check``).
-                if self.verify or not quick_verify(pointer.dir, base_manifest):
-                    OpenIndex(self.s, pointer).close()
-                    self.checked_fully = True
+                self.checked_fully = check_existing(self.s, pointer, base_manifest,
+                                                    fully=self.verify)
             else:
                 # A watcher's small update checks the bytes it is about to copy, not the counts.
                 verify_generation(pointer.dir, base_manifest)

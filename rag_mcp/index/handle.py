@@ -240,6 +240,17 @@ class OpenIndex:
             self._pin = None
 
 
+def check_existing(settings: Settings, pointer: gen.Pointer, manifest: dict[str, Any], *,
+                   fully: bool = False) -> bool:
+    """The check a ``rag-index`` run makes of the published generation: ``quick_verify``, and
+    when that cannot vouch for it (or ``fully``) open it as a server would. True when it was
+    opened fully. Raises ``IndexUnavailable`` on damage."""
+    if not fully and quick_verify(pointer.dir, manifest):
+        return False
+    OpenIndex(settings, pointer).close()
+    return True
+
+
 class IndexHandle:
     """The index a server reads: reopens when ``rag-index`` publishes a new generation.
 
