@@ -178,6 +178,18 @@ def test_a_partial_file_lends_its_evidence_to_its_base_file() -> None:
     assert order.index("src/Mapper.cs") < order.index("src/Other.cs")
 
 
+def test_file_evidence_needs_a_file_that_crowds_the_top() -> None:
+    # three of the top spans in one file: the file is the subject, its best span leads
+    crowded = [_c("x.py", 0.60), _c("a.py", 0.595), _c("a.py", 0.50, start=100, end=110),
+               _c("a.py", 0.45, start=200, end=210)]
+    assert crowded[R.rank("parse the header", crowded)[0]].path == "a.py"
+    assert crowded[R.rank("parse the header", crowded, replace(R.DEFAULT, file=0.0))[0]].path \
+        == "x.py"
+    # two spans of a file among the first ten is chance (CoSQA's shards of unrelated snippets)
+    scattered = crowded[:3]
+    assert scattered[R.rank("parse the header", scattered)[0]].path == "x.py"
+
+
 def test_a_long_query_gets_less_of_the_stage() -> None:
     assert R.length_scale("retry with backoff", 8) == 1.0
     issue = " ".join(f"word{i}" for i in range(32))
