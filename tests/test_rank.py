@@ -199,6 +199,10 @@ def test_a_long_query_gets_less_of_the_stage() -> None:
     cands.append(_c("b.py", 0.55))
     assert R.rank("parse the header", cands)[:2] == [0, 3]
     assert R.rank(issue, cands)[:4] == [0, 1, 2, 3]
+    # not even scaled down: an issue's answer is often a second span of its first answer's file
+    close = [_c("a.py", 0.600), _c("a.py", 0.599, start=40, end=50), _c("b.py", 0.598)]
+    issue16 = " ".join(f"word{i}" for i in range(16))
+    assert R.rank(issue16, close) == [0, 1, 2]
 
 
 def test_a_member_of_the_named_type_beats_a_namesake_in_another_case() -> None:
