@@ -9,7 +9,8 @@ import pytest
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
 from rag_mcp.index.spans import digest, make_span_id
-from rag_mcp.search.join import Placed, best_window, focus, joined_label, plan_joins
+from rag_mcp.search.join import Placed, best_window, defines, focus, joined_label, plan_joins
+from rag_mcp.search.rank import intent
 from tests.mcp_helpers import answer, error_code, in_process, text
 
 HASH = "test-hash-64"
@@ -216,6 +217,21 @@ def test_best_window_holds_most_of_the_query_terms() -> None:
     assert best_window(body[:10], "zebrafish", 20) == 0
 
 
+def test_a_definition_the_question_names_is_not_narrowed() -> None:
+    trace = ('File "seaborn/_core/scales.py", line 351, in ContinuousBase._setup\n'
+             "TypeError: numpy boolean subtract")
+    names = intent(trace).names
+    assert defines("ContinuousBase._setup", names)
+    assert defines("Nominal._setup", names)  # the method's name alone, as a traceback gives it
+    assert defines("Plot._plot, ContinuousBase._setup", names)  # any part of a joined label
+    assert not defines("ContinuousBase._setup_scales", names)
+    assert not defines("ContinuousBase", names)  # the class is not the method it holds
+    assert not defines(None, names)
+    assert defines("Session.send", intent("why does Session.send drop the proxy").names)
+    # a plain word is not a name: "send" in a sentence leaves send() free to narrow
+    assert not defines("Session.send", intent("why does send drop the proxy").names)
+
+
 # short lines: the chunker's pieces of it run to ~70 lines each
 LONG_BODY = "\n".join(
     ["def build_pipeline(config):", '    """Build every stage of the pipeline."""',
@@ -230,8 +246,8 @@ def _with_phrase(text: str, at: int, phrase: str) -> str:
     return "\n".join(rows)
 
 
-async def test_a_third_hit_in_a_long_function_is_the_window_that_matches(make_repo) -> None:  # type: ignore[no-untyped-def]
-    # the first two answers come whole; a later one over twice focus_lines (30) is narrowed
+async def test_a_fourth_hit_in_a_long_function_is_the_window_that_matches(make_repo) -> None:  # type: ignore[no-untyped-def]
+    # the first three answers come whole; a later one over focus_lines (30) is narrowed
     phrase = "flush_marmot_cache(v99)  # marmot cache flushed here"
     long_py = _with_phrase(LONG_BODY, 103, phrase)
     root = make_repo({
@@ -243,6 +259,9 @@ async def test_a_third_hit_in_a_long_function_is_the_window_that_matches(make_re
         "src/marmot_io.py": ("def save_marmot_cache(path):\n"
                              '    """Write the marmot cache before a flush."""\n'
                              "    return dump(marmot_cache, path)\n"),
+        "src/marmot_log.py": ("def log_marmot_cache(cache):\n"
+                              '    """Log what the marmot cache holds before a flush."""\n'
+                              "    return print(marmot_cache)\n"),
     })
     s = load_settings({"root": str(root), "embed_model": HASH})
     run_index(s)
@@ -251,13 +270,13 @@ async def test_a_third_hit_in_a_long_function_is_the_window_that_matches(make_re
         r = answer(await session.call_tool("rag_query", {"query": "flush marmot cache", "k": 5,
                                                          "tau": 0.0}))
     ranked = [h["id"].split(":")[0] for h in r["hits"]]
-    assert ranked[:3] == ["src/marmot.py", "src/marmot_io.py", "src/long.py"]  # this test's
-    start, end = map(int, r["hits"][2]["id"].split(":")[1].split("-"))
-    assert end - start + 1 > 60
+    assert ranked[3] == "src/long.py" and "src/long.py" not in ranked[:3]  # this test's
+    start, end = map(int, r["hits"][3]["id"].split(":")[1].split("-"))
+    assert end - start + 1 > 30
     async with in_process(s) as (session, _):
         r = answer(await session.call_tool("rag_query", {"query": "flush marmot cache", "k": 5,
                                                          "tau": 0.0, "include_text": True}))
-        hit = r["hits"][2]
+        hit = r["hits"][3]
         assert hit["id"].startswith("src/long.py:") and hit["joins"] == 1  # cuts one span
         start, end = map(int, hit["id"].split(":")[1].split("-"))
         assert end - start + 1 <= 30 and start <= 103 <= end

@@ -17,7 +17,8 @@ default k, tau and budgets) against its own corpus, once per setting of ``query.
     .venv/bin/python -m bench.quality.answers [--sets docs,cosqa,...] [--focus-lines 0,30]
 
 Indexes come from bench/quality/sets.py (int8, the default model unless ``--model``,
-bench/.work/index); a missing one is built.
+bench/.work/index); a missing one is built, or with ``--built-only`` skipped (and the built
+ones read as they are, not brought up to date).
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def measure(sets: list[str], limits: list[int], built_only: bool = False,
             if built_only and not is_built(base):
                 skipped.append(sub.split("/")[0] or name)
                 continue
-            run_index(base)  # nothing to do when the index is current
+            if not built_only:  # an index built elsewhere (copied in) is read as it is
+                run_index(base)  # nothing to do when the index is current
             pool = pool or EmbedderPool(base)
             for limit in limits:
                 ask(replace(base, focus_lines=limit), ev, sub, out[(name, limit)], pool, qvec)
@@ -182,9 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         write_section("answers", "## What an answer holds: hit widths, previews, joined labels"
                       "\n\n`python -m bench.quality.answers`\n\nEvery question of the kit's sets "
                       f"through rag_query's path ({args.model}, default k, tau and budgets), "
-                      "once per focus_lines setting (0: every answer whole, as before code "
-                      "answers after the first two that run over twice focus_lines were "
-                      "narrowed to it). A weak preview is empty, a "
+                      "once per focus_lines setting (0: every answer whole; otherwise a code "
+                      "answer after the first three that runs over focus_lines is narrowed to "
+                      "it unless the question names the definition it holds). A weak preview "
+                      "is empty, a "
                       "bare comment marker, a directive or the section's own heading; "
                       "\"stored\" is the line the index "
                       "keeps (what rag_query showed before), \"served\" what it shows now. Goal: "

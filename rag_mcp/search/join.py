@@ -10,19 +10,22 @@ The groups cover the longest prefix of the ranking that fits in k ranges: the sc
 the first hit that would need a (k+1)-th. rag_query plans them for its largest k (20) and
 answers with the first k, so asking for more never changes the first answers.
 
-Focus: a code answer after the first two whose range is over twice ``focus_lines`` is narrowed
-to at most ``focus_lines`` lines (``focus``): its best-ranked span, grown by the group's other
-spans in rank order while the range stays that short; a best span longer than that alone gives
-the window of its lines that holds the most of the query's terms (``best_window``). The first
-two answers, the likeliest right, stay whole.
+Focus: a code answer after the first three whose range is longer than ``focus_lines`` is
+narrowed to at most ``focus_lines`` lines (``focus``): its best-ranked span, grown by the
+group's other spans in rank order while the range stays that short; a best span longer than
+that alone gives the window of its lines that holds the most of the query's terms
+(``best_window``). The first three answers, the likeliest right, stay whole, and so does an
+answer whose best span defines an identifier the question names (``defines``): asked for by
+name, a definition is wanted whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rag_mcp.index.lexical import tokenize
+from rag_mcp.search.rank import QUALIFIER
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,3 +126,15 @@ def best_window(lines: Sequence[str], query: str, width: int) -> int:
         if total > best:
             best, at = total, i - width + 1
     return at
+
+
+def defines(label: str | None, names: Collection[str]) -> bool:
+    """Whether a span's label (a symbol, or a joined one's ", "-separated symbols) defines an
+    identifier the question names (``names``: ``rank.intent``'s, last components and qualified
+    forms): ``Plot._setup`` for ``_setup`` or ``Plot._setup``, ``send`` for ``Session.send``."""
+    for sym in (label or "").split(", "):
+        sym = QUALIFIER.sub(".", sym).strip(".")
+        if sym and (sym.rsplit(".", 1)[-1] in names
+                    or any(sym == n or sym.endswith("." + n) for n in names)):
+            return True
+    return False

@@ -18,9 +18,17 @@ from cachetools import TTLCache
 from rag_mcp.config import Settings
 from rag_mcp.errors import IndexUnavailable, InvalidArgument, NotFound, Stale
 from rag_mcp.index.spans import Span, digest
-from rag_mcp.search.join import Placed, best_window, focus, joined_label, plan_joins
+from rag_mcp.search.join import (
+    Placed,
+    best_window,
+    defines,
+    focus,
+    joined_label,
+    plan_joins,
+)
 from rag_mcp.search.links import where
 from rag_mcp.search.preview import describe
+from rag_mcp.search.rank import intent
 from rag_mcp.search.reader import cap_text, join_parts, read_span
 from rag_mcp.search.records import (
     MAX_K,
@@ -35,11 +43,12 @@ from rag_mcp.search.retrieve import Filters, Hit, Retrieval
 
 TOKEN_BYTES = 4  # the shared scorer's token estimate: ~4 characters a token
 PREVIEW_CHARS = 200
-#: the first answers, the likeliest right, come whole; code answers after them longer than twice
-#: query.focus_lines are narrowed to it (measured: narrowing the second answer too cost the
-#: docstring set 0.0055 MRR@10, functions longer than 60 lines it ranked second; narrowing
-#: ranges of 31-60 lines lost SWE-bench a gold function joined to its neighbour)
-WHOLE_ANSWERS = 2
+#: the first answers, the likeliest right, come whole; code answers after them longer than
+#: query.focus_lines are narrowed to it. Measured with bench.quality.answers (bge-small-en-v1.5):
+#: narrowing from the third answer on cost the docstring set 0.0024 MRR@10, mostly functions of
+#: over 60 lines it ranked third, which no 30-line window stands for (the kit credits a range
+#: covering half the gold lines); from the fourth on, 0.0006, with SWE-bench's median still 30.
+WHOLE_ANSWERS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +250,8 @@ class QueryService:
               query: str) -> list[_Found]:
         """The first ``k`` answers, adjacent hits of one file joined (``search.join``); a hit
         under tau never joins. When a part no longer matches its file, the parts stay apart.
-        A code answer after the first two is narrowed to ``query.focus_lines`` when its range
-        is over twice as long (``join.focus``).
+        A code answer after the first three is narrowed to ``query.focus_lines`` when its range
+        is longer, unless the question names what it defines (``_narrows``, ``join.focus``).
 
         The groups are planned for the most rag_query ever returns (``MAX_K``) whatever ``k``
         asks, so a smaller k is always the beginning of a larger one's answer."""
@@ -252,13 +261,10 @@ class QueryService:
                   for f in found]
         groups = plan_joins(placed, MAX_K, gap=self.s.join_gap, max_lines=self.s.join_max_lines)
         out: list[_Found] = []
+        names = intent(query).names
         for group in groups[:k]:
             members = [found[i] for i in group]
-            narrow = (len(out) >= WHOLE_ANSWERS and 0 < self.s.focus_lines
-                      and members[0].hit.span.kind == "code")
-            narrow = narrow and (max(f.hit.span.end_line for f in members)
-                                 - min(f.hit.span.start_line for f in members)
-                                 >= 2 * self.s.focus_lines)
+            narrow = len(out) >= WHOLE_ANSWERS and self._narrows(members, names)
             if narrow:  # the best span, narrowed or grown (whole when unreadable)
                 joined = self._joined(members, query)
                 out.append(replace(members[0], joined=joined) if joined else members[0])
@@ -269,6 +275,16 @@ class QueryService:
             else:
                 out.extend(members)
         return out[:k]
+
+    def _narrows(self, members: list[_Found], names: frozenset[str]) -> bool:
+        """Whether a group (best first) is a code answer longer than ``query.focus_lines`` whose
+        best span does not define an identifier the question names (asked for by name, a
+        definition comes whole)."""
+        lead = members[0].hit.span
+        lines = (max(f.hit.span.end_line for f in members)
+                 - min(f.hit.span.start_line for f in members) + 1)
+        return (0 < self.s.focus_lines < lines and lead.kind == "code"
+                and not defines(lead.symbol, names))
 
     def _joined(self, members: list[_Found], focus_on: str | None = None) -> _Joined | None:
         """The range covering ``members`` (best first), read from the file now; ``focus_on``
@@ -304,13 +320,14 @@ class QueryService:
         if focus_on is not None and (start, end) == (lead.hit.span.start_line,
                                                      lead.hit.span.end_line):
             return None  # the best span, whole: answered as itself
+        spans = [sp for sp in spans if sp.start_line <= end and sp.end_line >= start]
+        first_label = [lead.hit.span] if lead.hit.span in spans else []
         parents = {sp.parent for sp in spans}
         span = replace(lead.hit.span, start_line=start, end_line=end, digest=digest(text),
                        byte_len=len(text.encode("utf-8", "surrogatepass")),
-                       symbol=joined_label([lead.hit.span.symbol, *(sp.symbol for sp in spans)],
-                                           ", "),
-                       heading=joined_label(
-                           [lead.hit.span.heading, *(sp.heading for sp in spans)], "; "),
+                       symbol=joined_label([sp.symbol for sp in [*first_label, *spans]], ", "),
+                       heading=joined_label([sp.heading for sp in [*first_label, *spans]],
+                                            "; "),
                        parent=lead.hit.span.parent if len(parents) == 1 else None)
         return _Joined(span, text, tuple(sp.id for sp in spans))
 
