@@ -17,8 +17,8 @@ default k, tau and budgets) against its own corpus, once per setting of ``query.
     .venv/bin/python -m bench.quality.answers [--sets docs,cosqa,...] [--focus-lines 0,30]
 
 Indexes come from bench/quality/sets.py (int8, the default model unless ``--model``,
-bench/.work/index); a missing one is built, or with ``--built-only`` skipped (and the built
-ones read as they are, not brought up to date).
+bench/.work/index); a missing one is built, or with ``--built-only`` skipped (and one copied
+in from another checkout read as it is).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from rag_mcp.deps import build_deps
 from rag_mcp.embed.pool import EmbedderPool
 from rag_mcp.eval.metrics import LineSpan, score_query
 from rag_mcp.eval.run import eval_settings
+from rag_mcp.index.generation import read_manifest, read_pointer
 from rag_mcp.search.preview import says_nothing
 from rag_mcp.search.records import QueryParams
 from rag_mcp.search.retrieve import QueryVectors
@@ -111,6 +112,13 @@ def ask(settings: Settings, ev: EvalSet, sub: str, tally: Tally, pool: EmbedderP
         ranked.close()
 
 
+def built_here(settings: Settings) -> bool:
+    """Whether the index was built from this corpus folder: one copied in from another checkout
+    (``--built-only``) is read as it is, as bringing it up to date could mean embedding anew."""
+    at = read_pointer(settings.index_path)
+    return at is not None and read_manifest(at.dir).get("root") == settings.root
+
+
 def measure(sets: list[str], limits: list[int], built_only: bool = False,
             skipped: list[str] | None = None, model: str = MODEL
             ) -> dict[tuple[str, int], Tally]:
@@ -125,7 +133,7 @@ def measure(sets: list[str], limits: list[int], built_only: bool = False,
             if built_only and not is_built(base):
                 skipped.append(sub.split("/")[0] or name)
                 continue
-            if not built_only:  # an index built elsewhere (copied in) is read as it is
+            if not built_only or built_here(base):
                 run_index(base)  # nothing to do when the index is current
             pool = pool or EmbedderPool(base)
             for limit in limits:
