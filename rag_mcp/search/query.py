@@ -45,9 +45,10 @@ TOKEN_BYTES = 4  # the shared scorer's token estimate: ~4 characters a token
 PREVIEW_CHARS = 200
 #: the first answers, the likeliest right, come whole; code answers after them longer than
 #: query.focus_lines are narrowed to it. Measured with bench.quality.answers (bge-small-en-v1.5):
-#: narrowing from the third answer on cost the docstring set 0.0024 MRR@10, mostly functions of
-#: over 60 lines it ranked third, which no 30-line window stands for (the kit credits a range
-#: covering half the gold lines); from the fourth on, 0.0006, with SWE-bench's median still 30.
+#: narrowing from the third answer on cost the docstring set about 0.002 MRR@10, mostly
+#: functions of over 60 lines it ranked third, which no 30-line window stands for (the kit
+#: credits a range covering half the gold lines); from the fourth on, 0.0005, with SWE-bench's
+#: median still 30.
 WHOLE_ANSWERS = 3
 
 
