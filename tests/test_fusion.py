@@ -24,6 +24,7 @@ from rag_mcp.search.fusion import (
     Calibration,
     calibration_for,
     fuse,
+    lexical_trust,
     logistic,
     query_alpha,
     rrf,
@@ -194,6 +195,44 @@ def test_retriever_weights_long_queries_by_their_length(
             assert (a_q == alpha) == (q == short)
             want = a_q * h.cos + (1 - a_q) * h.lex + (alpha - a_q) * best
             assert h.raw == pytest.approx(want)
+        assert [h.raw for h in res.hits] == sorted((h.raw for h in res.hits), reverse=True)
+
+
+def test_lexical_weight_follows_the_share_of_query_terms_the_index_knows() -> None:
+    cal = calibration_for(DEFAULT)
+    assert lexical_trust(0.0) == 0.0 and lexical_trust(1.0) == lexical_trust(0.5) == 1.0
+    assert lexical_trust(0.1) == pytest.approx(0.2)
+    for kind in ("code", "doc"):
+        alpha = cal.alpha_for(kind)
+        assert fuse(0.6, 0.9, cal, 5, 0.8, kind, trust=1.0) == fuse(0.6, 0.9, cal, 5, 0.8, kind)
+        # no trust: the cosine alone orders, on the convex scale (a perfect span still scores 1)
+        assert fuse(0.6, 0.9, cal, 5, 0.8, kind, trust=0.0)[0] == pytest.approx(0.6)
+        half = fuse(0.6, 0.9, cal, 5, 0.8, kind, trust=0.5)[0]
+        assert half == pytest.approx(0.6 + (1 - alpha) * 0.5 * (0.9 - 0.6))
+        # long queries keep their constant: the trust only moves BM25's share to the cosine
+        n = int(10 * cal.terms)
+        a_q = query_alpha(cal, n, kind)
+        raw = fuse(0.6, 0.2, cal, n, 0.8, kind, trust=0.5)[0]
+        w = (1 - a_q) * 0.5
+        assert raw == pytest.approx((1 - w) * 0.6 + w * 0.2 + (alpha - a_q) * 0.8)
+
+
+def test_retriever_leans_on_the_cosine_when_the_index_lacks_the_query_words(
+        retriever_for: Callable[..., Deps]) -> None:
+    from rag_mcp.search.retrieve import Filters, known_share
+
+    r = retriever_for(rank=False).repo().retriever  # the fusion's own order
+    without_pages(r)  # page evidence: test_pages
+    # a German question: only "retry" is in the index, so BM25 would rank on that word alone
+    german = "wie wiederhole ich den aufruf mit retry nach einem fehler"
+    english = "retry the call with exponential backoff"
+    for q, known, trust in ((german, 0.1, 0.2), (english, 1.0, 1.0)):
+        res = r.retrieve(q, Filters())
+        assert known_share(res.index.lexical, tokenize(q)) == pytest.approx(known)
+        assert any(h.lex > 0 for h in res.hits)
+        for h in res.hits:
+            w = (1 - res.calibration.alpha_for(h.span.kind)) * trust
+            assert h.raw == pytest.approx((1 - w) * h.cos + w * h.lex)
         assert [h.raw for h in res.hits] == sorted((h.raw for h in res.hits), reverse=True)
 
 

@@ -31,6 +31,7 @@ from rag_mcp.search.fusion import (
     calibration_for,
     coverage_shift,
     fuse,
+    lexical_trust,
     rrf,
     shift_score,
 )
@@ -217,12 +218,14 @@ class Retriever:
         n_terms = len(set(tokens))
         # a path filter chose the files to search: tests there are what was asked for
         penalty = 0.0 if filters.path is not None else self.test_penalty(tokens, n_terms, cal)
+        trust = lexical_trust(known_share(idx.lexical, tokens))
         hits = self._fuse(idx, qv, dense, lexical, n, bound, n_terms, filters, fusion, cal,
-                          penalty)
+                          penalty, trust)
         coverage = lexical_coverage(idx.lexical, tokens) if tokens else 1.0
         if fusion == "convex":
-            # words the corpus lacks (a question in another language) count as unmatched
-            hits = with_page_evidence(hits, idx, tokens, cal.page * coverage)
+            # words the corpus lacks (a question in another language) count as unmatched, and
+            # a query whose words the index mostly lacks leaves the pages' BM25 unread as well
+            hits = with_page_evidence(hits, idx, tokens, cal.page * coverage * trust)
         hits = with_coverage(hits, cal, coverage)
         s = self.handle.settings
         if fusion == "convex" and s.rank:
@@ -243,10 +246,11 @@ class Retriever:
 
     def _fuse(self, idx: OpenIndex, qv: np.ndarray | None, dense: list[tuple[str, float]],
               lexical: list[tuple[int, float]], n: int, bound: float, n_terms: int,
-              filters: Filters, fusion: str, cal: Calibration, test_penalty: float = 0.0
-              ) -> list[Hit]:
+              filters: Filters, fusion: str, cal: Calibration, test_penalty: float = 0.0,
+              trust: float = 1.0) -> list[Hit]:
         """Fuse the dense top list with the first ``n`` of ``lexical`` (read deeper, for the BM25
-        of dense candidates); code spans of test files lose ``test_penalty`` (convex only)."""
+        of dense candidates); code spans of test files lose ``test_penalty`` (convex only);
+        ``trust`` is the lexical leg's share of its weight (``fusion.lexical_trust``)."""
         catalog = idx.catalog
         assert catalog is not None and idx.vectors is not None
         deep = dict(lexical)
@@ -284,7 +288,7 @@ class Retriever:
             dr, lr = d_rank.get(sid), l_rank.get(sid)
             prior = -test_penalty if test_penalty and row.span.kind == "code" \
                 and is_test_code(row.span.path, row.span.symbol) else 0.0
-            raw, score = fuse(c, lx, cal, n_terms, best_cos, row.span.kind, prior)
+            raw, score = fuse(c, lx, cal, n_terms, best_cos, row.span.kind, prior, trust)
             if fusion == "rrf":
                 raw = rrf(dr, lr)
             elif fusion == "dense":
@@ -294,6 +298,15 @@ class Retriever:
             hits.append(Hit(row, score, raw, c, lx, dr, lr, bm))
         hits.sort(key=lambda h: (-h.raw, h.span.path, h.span.start_line))
         return hits
+
+
+def known_share(lexical: LexicalIndex, tokens: list[str]) -> float:
+    """The share of the query's distinct terms that occur in the lexical index (1 without
+    terms: nothing to distrust)."""
+    terms = list(dict.fromkeys(tokens))
+    if not terms:
+        return 1.0
+    return sum(1 for t in terms if lexical.upper_bound([t]) > 0.0) / len(terms)
 
 
 def lexical_coverage(lexical: LexicalIndex, tokens: list[str]) -> float:
