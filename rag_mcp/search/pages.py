@@ -14,7 +14,9 @@ subject the way a page is, and the ranking stage (``search.rank``) has its own f
 The page's BM25 is taken over its bound for the query (``LexicalIndex.upper_bound``), the same
 absolute scale as the span's own ``lex``, and counted from the best page among the hits, so
 that it never lifts prose over code (``with_page_evidence``). It changes the order only
-(``Hit.raw``), not the calibrated score, like the ranking stage.
+(``Hit.raw``), not the calibrated score, like the ranking stage. The retriever scales its weight
+by the query's coverage and the lexical leg's trust (``fusion.lexical_trust``): it is keyword
+evidence, and a question in another language than the pages holds few of their words.
 """
 
 from __future__ import annotations
