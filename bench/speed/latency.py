@@ -1,6 +1,7 @@
 """Tool latency through the real stdio transport, client and server in separate processes.
 
     python -m bench.speed.latency [--calls 200] [--rounds 5] [--repo PATH ...] [--baseline REV]
+        [--baseline-env RAG_X=VALUE ...]
 
 For each repository (default: this one and the Flask 3.1.0 sdist, ~33k lines; both are indexed
 first with the default model): rag_query uncached (distinct queries), cached (repeats), rag_get_span
@@ -8,7 +9,9 @@ and rag_health, P50 and P95 over --calls calls each, with the server-side split 
 reports (embedding, dense, lexical, fusion, formatting). One server per repository, all open at
 once; each kind of call runs in --rounds blocks alternating between them. ``--baseline REV``
 adds the servers of an older commit to the same rounds (bench/speed/transport.py's way) and a table
-of the speed-up. Writes the "latency" section of docs/BENCHMARKS.md.
+of the speed-up; ``--baseline-env RAG_RANK=0`` (alone: this checkout's servers) starts the
+baseline servers with those settings, to time one stage of the pipeline against the same code
+without it. Writes the "latency" section of docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -64,8 +67,8 @@ def queries_for(root: Path, n: int, seed: int = 7) -> list[str]:
     return out
 
 
-async def measure(roots: list[Path], calls: int, rounds: int, baseline: Path | None = None
-                  ) -> dict[str, dict[str, Any]]:
+async def measure(roots: list[Path], calls: int, rounds: int, baseline: Path | None = None,
+                  baseline_env: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Every repository's server open at once (and the ``baseline`` tree's server for each, as
     ``<name>@base``); each kind of call runs in ``rounds`` blocks that alternate between the
     servers, so a burst of load from other work on this machine lands on all of them alike
@@ -87,15 +90,17 @@ async def measure(roots: list[Path], calls: int, rounds: int, baseline: Path | N
     qs: dict[str, list[str]] = {}
     ids: dict[str, list[str]] = {}
     async with AsyncExitStack() as stack:
-        servers = [(root.name, root, None) for root in roots]
-        if baseline is not None:
-            servers += [(f"{root.name}@base", root, baseline) for root in roots]
-        for name, root, tree in servers:
+        servers: list[tuple[str, Path, Path | None, dict[str, str]]] = [
+            (root.name, root, None, {}) for root in roots]
+        if baseline is not None or baseline_env is not None:
+            servers += [(f"{root.name}@base", root, baseline, baseline_env or {})
+                        for root in roots]
+        for name, root, tree, extra in servers:
             command = server_command(tree)
             params = StdioServerParameters(
                 command=command[0], args=[*command[1:], "serve", "--root", str(root)],
                 env={**os.environ, "RAG_LOG_DIR": str(WORK / "latency-logs"),
-                     "RAG_CACHE_SIZE": "100000"})
+                     "RAG_CACHE_SIZE": "100000", **extra})
             read, write = await stack.enter_async_context(stdio_client(params))
             session = await stack.enter_async_context(ClientSession(read, write))
             await session.initialize()
@@ -192,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo", action="append", type=Path)
     ap.add_argument("--baseline", metavar="REV",
                     help="also time the server of this git revision, side by side")
+    ap.add_argument("--baseline-env", action="append", default=[], metavar="RAG_X=VALUE",
+                    help="settings of the baseline servers (without --baseline: this "
+                         "checkout's servers with these settings), side by side")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     repos = args.repo
@@ -205,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         ensure_indexed(root)
     load0 = os.getloadavg()[0]
     base = baseline_tree(args.baseline) if args.baseline else None
-    measured = anyio.run(measure, repos, args.calls, args.rounds, base)
+    benv = dict(kv.split("=", 1) for kv in args.baseline_env) if args.baseline_env else None
+    measured = anyio.run(measure, repos, args.calls, args.rounds, base, benv)
     for name, r in measured.items():
         if name.endswith("@base"):
             continue
@@ -226,9 +235,14 @@ def main(argv: list[str] | None = None) -> int:
     rev = base.name.removeprefix("baseline-") if base else ""
     cmd = ("python -m bench.speed.latency" + (f" --calls {args.calls}" if args.calls != 200 else "")
            + (f" --rounds {args.rounds}" if args.rounds != 5 else "")
-           + (f" --baseline {rev}" if base else ""))
+           + (f" --baseline {rev}" if base else "")
+           + "".join(f" --baseline-env {kv}" for kv in args.baseline_env))
+    # what the baseline servers are, in words
+    who = (f"the server of commit `{rev}`" if base else "this tree's server") + (
+        f" with {', '.join(f'`{kv}`' for kv in args.baseline_env)}" if benv else "")
+    before = (rev or "baseline") + (" " + " ".join(args.baseline_env) if benv else "")
     side = ""
-    if base:
+    if base or benv:
         brows = []
         for root in repos:
             new, old = measured[root.name], measured[f"{root.name}@base"]
@@ -236,10 +250,10 @@ def main(argv: list[str] | None = None) -> int:
                                ("rag_get_span", "get_span"), ("rag_health", "health")):
                 brows.append([root.name, label, pct(old[key], 50), pct(new[key], 50),
                               f"{pct(old[key], 50) / pct(new[key], 50):.2f}x"])
-        side = (f"\n\nSide by side with the server of commit `{rev}` (same indexes, queries and "
-                "rounds; its source exported to bench/.work, run on the same installed "
-                "dependencies):\n\n"
-                + md_table(["repository", "call", f"{rev} P50 ms", "now P50 ms", "speed-up"],
+        how = ("; its source exported to bench/.work, run on the same installed dependencies"
+               if base else "")
+        side = (f"\n\nSide by side with {who} (same indexes, queries and rounds{how}):\n\n"
+                + md_table(["repository", "call", f"{before} P50 ms", "now P50 ms", "speed-up"],
                            brows))
         print(side)
     write_section("latency", "## Tool latency over stdio\n\n"
