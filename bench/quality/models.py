@@ -11,12 +11,14 @@ so a neighbour's load falls on all of them alike; the model file's size.
 
     .venv/bin/python -m bench.quality.models --kit ../shared/eval \\
         [--models bge-small-en-v1.5,all-MiniLM-L6-v2,multilingual-e5-small] [--sets ...] \\
-        [--skip multilingual-e5-small:cosqa,...] [--reuse]
+        [--skip multilingual-e5-small:cosqa,...] [--reuse] [--no-speed]
 
 Indexing is the whole cost (the embedding cache in bench/.work/index keeps every vector, so a
 rerun embeds nothing new). Results are saved in bench/.work/models.json; ``--reuse`` measures
 only what is not there yet (a model, set or speed added later), ``--skip`` leaves model:set
-pairs out (shown as not measured). Prints markdown and rewrites the "models" section of
+pairs out (shown as not measured); ``--no-speed`` leaves the speed run to a later ``--reuse``
+run, which times every model side by side. Each quality cell records the commit it was measured
+at, and the report names those commits. Prints markdown and rewrites the "models" section of
 docs/BENCHMARKS.md.
 """
 
@@ -29,7 +31,7 @@ import random
 import time
 from typing import Any
 
-from bench._report import WORK, md_table, write_section
+from bench._report import WORK, git_rev, md_table, write_section
 from bench.quality import wiki_languages
 from bench.quality.runs import score_run, service_run
 from bench.quality.sets import (
@@ -48,13 +50,15 @@ BACKEND = "onnx-int8"
 OUT = WORK / "models.json"
 
 
-Quality = dict[str, dict[str, dict[str, float]]]
+Quality = dict[str, dict[str, dict[str, Any]]]
 
 
 def quality(models: list[str], sets: list[str], skip: set[tuple[str, str]],
             known: Quality) -> Quality:
-    """model -> "set|fusion" -> MRR@10, hit@5, tok@5 (``known`` entries are kept)."""
+    """model -> "set|fusion" -> MRR@10, hit@5, tok@5 and the commit measured at (``known``
+    entries are kept)."""
     out: Quality = {m: dict(known.get(m, {})) for m in models}
+    rev = git_rev()
     for model in models:
         todo = [s for s in sets
                 if (model, s) not in skip and f"{s}|hybrid" not in out[model]]
@@ -70,7 +74,8 @@ def quality(models: list[str], sets: list[str], skip: set[tuple[str, str]],
                                   fusion=None if fusion == "hybrid" else fusion, model=model)
                 m = score_run(ev, run)
                 out.setdefault(model, {})[f"{name}|{fusion}"] = {
-                    k: m[k] for k in ("MRR@10", "hit@5", "tok@5", "file_tok@5")}
+                    **{k: m[k] for k in ("MRR@10", "hit@5", "tok@5", "file_tok@5")},
+                    "queries": len(ev.queries), "commit": rev}
                 print(f"  {name} {fusion}: MRR@10 {m['MRR@10']:.3f} hit@5 {m['hit@5']:.3f}",
                       flush=True)
     return out
@@ -136,45 +141,55 @@ def report(models: list[str], sets: list[str], q: Quality, sp: dict, wiki: dict,
            load: tuple[float, float], skip: set[tuple[str, str]]) -> str:
     base = models[0]
     skipped = f" --skip {','.join(f'{m}:{s}' for m, s in sorted(skip))}" if skip else ""
-    head = ["model", *(f"{s} dense / hybrid" for s in sets), "mean hybrid MRR@10 (sets measured)",
+    # the mean is taken over the sets every model was measured on, so the rows compare
+    common = [s for s in sets if all(f"{s}|hybrid" in q.get(m, {}) for m in models)]
+    n_q = {s: next((q[m][f"{s}|hybrid"].get("queries") for m in models
+                    if f"{s}|hybrid" in q.get(m, {})), None) for s in sets}
+    label = {s: f"{s} ({n_q[s]} q)" if n_q[s] else s for s in sets}
+    head = ["model", *(f"{label[s]} dense / hybrid" for s in sets),
+            f"mean hybrid MRR@10 ({', '.join(common) or 'no set'})",
             "cross-lingual hit@5 (wiki, hybrid)", "spans / CPU s (1 thread)", "(2 threads)",
             "CPU ms / span", "x first", "weights MB"]
     rows: list[list[object]] = []
     for m in models:
-        done = [s for s in sets if f"{s}|hybrid" in q.get(m, {})]
-        mean = sum(q[m][f"{s}|hybrid"]["MRR@10"] for s in done) / max(1, len(done))
+        mean = sum(q[m][f"{s}|hybrid"]["MRR@10"] for s in common) / max(1, len(common))
         cross = sum(wiki[m][p]["hybrid"]["hit@5"] for p in wiki_languages.CROSS) / len(
             wiki_languages.CROSS) if m in wiki else float("nan")
         t1, t2 = sp.get(m, {}).get("cpu_t1"), sp.get(m, {}).get("cpu_t2")
         rows.append([m, *(f"{_cell(q, m, f'{s}|dense', 'MRR@10')} / "
                           f"{_cell(q, m, f'{s}|hybrid', 'MRR@10')}" for s in sets),
-                     f"{mean:.3f} ({len(done)})", f"{cross:.3f}",
+                     f"{mean:.3f}" if common else "-", f"{cross:.3f}",
                      f"{t1:.1f}" if t1 else "-", f"{t2:.1f}" if t2 else "-",
                      f"{1000 / t1:.0f}" if t1 else "-",
                      f"{t1 / sp[base]['cpu_t1']:.2f}x" if t1 and base in sp else "-",
                      f"{size_mb(m):.0f}"])
     hits: list[list[object]] = [
-        [m, *(_cell(q, m, f"{s}|hybrid", "hit@5") for s in sets),
+        [m, *(f"{_cell(q, m, f'{s}|dense', 'hit@5')} / {_cell(q, m, f'{s}|hybrid', 'hit@5')}"
+              for s in sets),
          *(_cell(q, m, f"{s}|hybrid", "tok@5", "{:,.0f}") for s in sets[:1])] for m in models]
+    revs = sorted({c.get("commit", "(not recorded)") for m in models
+                   for c in q.get(m, {}).values()})
+    measured = f"commit {revs[0]}" if len(revs) == 1 else f"commits {', '.join(revs)}"
     return f"""## Embedding models side by side
 
 `python -m bench.quality.models --models {",".join(models)} --sets {",".join(sets)}{skipped}`
 
 Every kit set indexed with each model (int8, spans read to {DEFAULT_READ} tokens, queries whole),
 MRR@10 of dense only and of the default hybrid (each model's own calibration row) through
-rag-eval's path, k = 10, tau = 0; cross-lingual: the mean hit@5 over the six cross-lingual
-pairs of the DokuWiki set ("Questions in one language, wiki pages in another"). Speed: spans per
-CPU second of the model alone (process CPU time), the models taking turns on the same 400 texts
-(200 code spans, 200 doc sections) in one run; load average {load[0]:.1f} before, {load[1]:.1f}
-after, on a shared 2-core machine, so read the ratios. The vectors are 384-dimensional for
-every model here, so the index takes the same space. `-` = not measured; with `--reuse`, cells
-measured by an earlier run of this script are kept (the load figures are this run's).
+rag-eval's path, k = 10, tau = 0; quality cells measured at {measured}. Cross-lingual: the
+mean hit@5 over the six cross-lingual pairs of the DokuWiki set ("Questions in one language,
+wiki pages in another"). Speed: spans per CPU second of the model alone (process CPU time), the
+models taking turns on the same 400 texts (200 code spans, 200 doc sections) in one run; load
+average {load[0]:.1f} before, {load[1]:.1f} after, on a shared 2-core machine, so read the
+ratios. The vectors are 384-dimensional for every model here, so the index takes the same
+space. `-` = not measured; with `--reuse`, cells measured by an earlier run of this script are
+kept (the load figures are this run's).
 
 {md_table(head, rows)}
 
-hit@5 of the hybrid, and tokens returned in the top 5 on {sets[0]}:
+hit@5, dense / hybrid, and tokens the hybrid returns in its top 5 on {sets[0]}:
 
-{md_table(["model", *sets, f"{sets[0]} tok@5"], hits)}
+{md_table(["model", *(label[s] for s in sets), f"{sets[0]} tok@5"], hits)}
 """
 
 
@@ -188,6 +203,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="model:set pairs not to measure, comma-separated")
     ap.add_argument("--reuse", action="store_true",
                     help="keep the results in bench/.work/models.json; measure only the rest")
+    ap.add_argument("--no-speed", action="store_true",
+                    help="leave the speed run for later (a run measuring quality while "
+                         "indexes of the other models are still being built)")
     ap.add_argument("--no-write", action="store_true", help="print only")
     add_kit_arg(ap)
     a = ap.parse_args(argv)
@@ -202,8 +220,8 @@ def main(argv: list[str] | None = None) -> None:
         wiki_set = wiki_languages.load()
         wiki.update({m: wiki_languages.measure(wiki_set, m) for m in models if m not in wiki})
     sp = {m: known["speed"][m] for m in models if m in known.get("speed", {})}
-    if len(sp) < len(models):
-        sp = speed(models, a.spans, a.rounds)
+    if len(sp) < len(models) and not a.no_speed:
+        sp = speed(models, a.spans, a.rounds)  # all of them again: side by side, one load
     saved: dict[str, Any] = {k: {**known.get(k, {}), **v}
                              for k, v in (("quality", q), ("wiki", wiki), ("speed", sp))}
     OUT.write_text(json.dumps(saved, indent=1))
