@@ -193,6 +193,18 @@ hit@5, dense / hybrid, and tokens the hybrid returns in its top 5 on {sets[0]}:
 """
 
 
+def save(results: dict[str, Any]) -> None:
+    """Merge ``results`` into bench/.work/models.json as it is now: a run measuring other models
+    or sets at the same time keeps its cells (quality merges per cell, wiki and speed per
+    model)."""
+    saved: dict[str, Any] = json.loads(OUT.read_text()) if OUT.is_file() else {}
+    for kind, per_model in results.items():
+        into = saved.setdefault(kind, {})
+        for model, got in per_model.items():
+            into[model] = {**into.get(model, {}), **got} if kind == "quality" else got
+    OUT.write_text(json.dumps(saved, indent=1))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(e.name for e in catalog.CATALOG))
@@ -222,9 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     sp = {m: known["speed"][m] for m in models if m in known.get("speed", {})}
     if len(sp) < len(models) and not a.no_speed:
         sp = speed(models, a.spans, a.rounds)  # all of them again: side by side, one load
-    saved: dict[str, Any] = {k: {**known.get(k, {}), **v}
-                             for k, v in (("quality", q), ("wiki", wiki), ("speed", sp))}
-    OUT.write_text(json.dumps(saved, indent=1))
+    save({"quality": q, "wiki": wiki, "speed": sp})
     body = report(models, sets, q, sp, wiki, (before, os.getloadavg()[0]), skip)
     print(body)
     if not a.no_write:
