@@ -29,18 +29,21 @@ import json
 import os
 import random
 import time
+from dataclasses import replace
 from typing import Any
 
 from bench._report import WORK, git_rev, md_table, write_section
 from bench.quality import wiki_languages
-from bench.quality.runs import score_run, service_run
+from bench.quality.runs import Run, score_run, service_run
 from bench.quality.sets import (
     DEFAULT_READ,
     SETS,
     add_kit_arg,
     ensure_kit,
     index_all,
+    is_built,
     load_set,
+    settings_for,
     use_kit,
 )
 from rag_mcp.config import load_settings
@@ -54,9 +57,10 @@ Quality = dict[str, dict[str, dict[str, Any]]]
 
 
 def quality(models: list[str], sets: list[str], skip: set[tuple[str, str]],
-            known: Quality) -> Quality:
-    """model -> "set|fusion" -> MRR@10, hit@5, tok@5 and the commit measured at (``known``
-    entries are kept)."""
+            known: Quality, built_only: bool = False) -> Quality:
+    """model -> "set|fusion" -> MRR@10, hit@5, tok@5, queries asked and the commit measured at
+    (``known`` entries are kept). ``built_only``: index nothing, ask each set's questions whose
+    corpus already has an index with the model (a cell then holds fewer questions than the set)."""
     out: Quality = {m: dict(known.get(m, {})) for m in models}
     rev = git_rev()
     for model in models:
@@ -64,11 +68,18 @@ def quality(models: list[str], sets: list[str], skip: set[tuple[str, str]],
                 if (model, s) not in skip and f"{s}|hybrid" not in out[model]]
         if not todo:
             continue
-        t0 = time.perf_counter()
-        index_all(todo, [BACKEND], quiet=True, model=model)
-        print(f"{model}: indexed in {time.perf_counter() - t0:.0f} s", flush=True)
+        if not built_only:
+            t0 = time.perf_counter()
+            index_all(todo, [BACKEND], quiet=True, model=model)
+            print(f"{model}: indexed in {time.perf_counter() - t0:.0f} s", flush=True)
         for name in todo:
             ev = load_set(name)
+            if built_only:
+                ev = replace(ev, queries=[
+                    q for q in ev.queries if is_built(settings_for(
+                        ev, q.get("corpus", ""), BACKEND, model=model))])
+                if not ev.queries:
+                    continue
             for fusion in ("dense", "hybrid"):
                 run = service_run(ev, BACKEND, f"{fusion} ({model})",
                                   fusion=None if fusion == "hybrid" else fusion, model=model)
@@ -76,9 +87,31 @@ def quality(models: list[str], sets: list[str], skip: set[tuple[str, str]],
                 out.setdefault(model, {})[f"{name}|{fusion}"] = {
                     **{k: m[k] for k in ("MRR@10", "hit@5", "tok@5", "file_tok@5")},
                     "queries": len(ev.queries), "commit": rev}
-                print(f"  {name} {fusion}: MRR@10 {m['MRR@10']:.3f} hit@5 {m['hit@5']:.3f}",
-                      flush=True)
+                print(f"  {name} {fusion}: MRR@10 {m['MRR@10']:.3f} hit@5 {m['hit@5']:.3f} "
+                      f"({len(ev.queries)} questions)", flush=True)
     return out
+
+
+def common_rows(models: list[str], sets: list[str], q: Quality) -> list[list[object]]:
+    """Per set whose cells hold different questions: every model's MRR@10 (dense / hybrid) and
+    hit@5 (hybrid) over the questions all of them were asked, from the saved runs."""
+    rows: list[list[object]] = []
+    for name in sets:
+        counts = {q[m][f"{name}|hybrid"].get("queries") for m in models
+                  if f"{name}|hybrid" in q.get(m, {})}
+        if len(counts) < 2:
+            continue
+        ev = load_set(name)
+        runs = {(m, f): Run.load(name, f"{f} ({m})") for m in models for f in ("dense", "hybrid")}
+        got = {key: run for key, run in runs.items() if run is not None}
+        have = [m for m in models if (m, "dense") in got and (m, "hybrid") in got]
+        ids = set.intersection(*(set(got[(m, "hybrid")].results) for m in have))
+        qs = [x for x in ev.queries if x["id"] in ids]
+        for m in have:
+            d, h = (score_run(ev, got[(m, f)], queries=qs) for f in ("dense", "hybrid"))
+            rows.append([f"{name} ({len(qs)} of {len(ev.queries)} q)", m,
+                         f"{d['MRR@10']:.3f} / {h['MRR@10']:.3f}", f"{h['hit@5']:.3f}"])
+    return rows
 
 
 def texts(n: int) -> list[str]:
@@ -143,8 +176,13 @@ def report(models: list[str], sets: list[str], q: Quality, sp: dict, wiki: dict,
     skipped = f" --skip {','.join(f'{m}:{s}' for m, s in sorted(skip))}" if skip else ""
     # the mean is taken over the sets every model was measured on, so the rows compare
     common = [s for s in sets if all(f"{s}|hybrid" in q.get(m, {}) for m in models)]
-    n_q = {s: next((q[m][f"{s}|hybrid"].get("queries") for m in models
-                    if f"{s}|hybrid" in q.get(m, {})), None) for s in sets}
+    n_q = {s: max((q[m][f"{s}|hybrid"].get("queries") or 0 for m in models
+                   if f"{s}|hybrid" in q.get(m, {})), default=0) for s in sets}
+
+    def fewer(m: str, s: str) -> str:  # a cell asked fewer questions than the set's others
+        n = q.get(m, {}).get(f"{s}|hybrid", {}).get("queries")
+        return f" ({n} q)" if n and n < n_q[s] else ""
+
     label = {s: f"{s} ({n_q[s]} q)" if n_q[s] else s for s in sets}
     head = ["model", *(f"{label[s]} dense / hybrid" for s in sets),
             f"mean hybrid MRR@10 ({', '.join(common) or 'no set'})",
@@ -157,7 +195,7 @@ def report(models: list[str], sets: list[str], q: Quality, sp: dict, wiki: dict,
             wiki_languages.CROSS) if m in wiki else float("nan")
         t1, t2 = sp.get(m, {}).get("cpu_t1"), sp.get(m, {}).get("cpu_t2")
         rows.append([m, *(f"{_cell(q, m, f'{s}|dense', 'MRR@10')} / "
-                          f"{_cell(q, m, f'{s}|hybrid', 'MRR@10')}" for s in sets),
+                          f"{_cell(q, m, f'{s}|hybrid', 'MRR@10')}{fewer(m, s)}" for s in sets),
                      f"{mean:.3f}" if common else "-", f"{cross:.3f}",
                      f"{t1:.1f}" if t1 else "-", f"{t2:.1f}" if t2 else "-",
                      f"{1000 / t1:.0f}" if t1 else "-",
@@ -170,6 +208,11 @@ def report(models: list[str], sets: list[str], q: Quality, sp: dict, wiki: dict,
     revs = sorted({c.get("commit", "(not recorded)") for m in models
                    for c in q.get(m, {}).values()})
     measured = f"commit {revs[0]}" if len(revs) == 1 else f"commits {', '.join(revs)}"
+    same = common_rows(models, sets, q)
+    same_md = ("" if not same else "\nWhere the models were asked different numbers of questions "
+               "(a corpus not indexed with every model in time), every model on the questions all "
+               "were asked (MRR@10 dense / hybrid, hit@5 hybrid):\n\n"
+               + md_table(["set", "model", "MRR@10", "hit@5"], same) + "\n")
     return f"""## Embedding models side by side
 
 `python -m bench.quality.models --models {",".join(models)} --sets {",".join(sets)}{skipped}`
@@ -190,7 +233,7 @@ kept (the load figures are this run's).
 hit@5, dense / hybrid, and tokens the hybrid returns in its top 5 on {sets[0]}:
 
 {md_table(["model", *(label[s] for s in sets), f"{sets[0]} tok@5"], hits)}
-"""
+{same_md}"""
 
 
 def save(results: dict[str, Any]) -> None:
@@ -218,6 +261,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-speed", action="store_true",
                     help="leave the speed run for later (a run measuring quality while "
                          "indexes of the other models are still being built)")
+    ap.add_argument("--built-only", action="store_true",
+                    help="index nothing: ask only the questions whose corpus already has an "
+                         "index with the model (SWE-bench's snapshots not all embedded yet)")
     ap.add_argument("--no-write", action="store_true", help="print only")
     add_kit_arg(ap)
     a = ap.parse_args(argv)
@@ -226,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     skip = {(p.split(":")[0], p.split(":")[1]) for p in a.skip.split(",") if ":" in p}
     known: dict[str, Any] = json.loads(OUT.read_text()) if a.reuse and OUT.is_file() else {}
     before = os.getloadavg()[0]
-    q = quality(models, sets, skip, known.get("quality", {}))
+    q = quality(models, sets, skip, known.get("quality", {}), a.built_only)
     wiki = {m: known["wiki"][m] for m in models if m in known.get("wiki", {})}
     if len(wiki) < len(models):
         wiki_set = wiki_languages.load()
