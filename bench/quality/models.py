@@ -11,15 +11,16 @@ so a neighbour's load falls on all of them alike; the model file's size.
 
     .venv/bin/python -m bench.quality.models --kit ../shared/eval \\
         [--models bge-small-en-v1.5,all-MiniLM-L6-v2,multilingual-e5-small] [--sets ...] \\
-        [--skip multilingual-e5-small:cosqa,...] [--reuse] [--no-speed]
+        [--skip multilingual-e5-small:cosqa,...] [--reuse] [--quality-only]
 
 Indexing is the whole cost (the embedding cache in bench/.work/index keeps every vector, so a
 rerun embeds nothing new). Results are saved in bench/.work/models.json; ``--reuse`` measures
 only what is not there yet (a model, set or speed added later), ``--skip`` leaves model:set
-pairs out (shown as not measured); ``--no-speed`` leaves the speed run to a later ``--reuse``
-run, which times every model side by side. Each quality cell records the commit it was measured
-at, and the report names those commits. Prints markdown and rewrites the "models" section of
-docs/BENCHMARKS.md.
+pairs out (shown as not measured); ``--quality-only`` leaves the wiki and the speed run to a
+later ``--reuse`` run, which times every model side by side; ``--built-only`` indexes nothing
+and asks only the questions whose corpus already has an index with the model. Each quality cell
+records the commit it was measured at, and the report names those commits. Prints markdown and
+rewrites the "models" section of docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -258,9 +259,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="model:set pairs not to measure, comma-separated")
     ap.add_argument("--reuse", action="store_true",
                     help="keep the results in bench/.work/models.json; measure only the rest")
-    ap.add_argument("--no-speed", action="store_true",
-                    help="leave the speed run for later (a run measuring quality while "
-                         "indexes of the other models are still being built)")
+    ap.add_argument("--quality-only", action="store_true",
+                    help="measure the kit sets only, leaving the wiki and the speed run to a "
+                         "later --reuse run (e.g. while other models' indexes are being built)")
     ap.add_argument("--built-only", action="store_true",
                     help="index nothing: ask only the questions whose corpus already has an "
                          "index with the model (SWE-bench's snapshots not all embedded yet)")
@@ -274,11 +275,11 @@ def main(argv: list[str] | None = None) -> None:
     before = os.getloadavg()[0]
     q = quality(models, sets, skip, known.get("quality", {}), a.built_only)
     wiki = {m: known["wiki"][m] for m in models if m in known.get("wiki", {})}
-    if len(wiki) < len(models):
+    if len(wiki) < len(models) and not a.quality_only:
         wiki_set = wiki_languages.load()
         wiki.update({m: wiki_languages.measure(wiki_set, m) for m in models if m not in wiki})
     sp = {m: known["speed"][m] for m in models if m in known.get("speed", {})}
-    if len(sp) < len(models) and not a.no_speed:
+    if len(sp) < len(models) and not a.quality_only:
         sp = speed(models, a.spans, a.rounds)  # all of them again: side by side, one load
     save({"quality": q, "wiki": wiki, "speed": sp})
     body = report(models, sets, q, sp, wiki, (before, os.getloadavg()[0]), skip)
