@@ -192,12 +192,13 @@ def report(models: list[str], sets: list[str], q: Quality, sp: dict, wiki: dict,
     rows: list[list[object]] = []
     for m in models:
         mean = sum(q[m][f"{s}|hybrid"]["MRR@10"] for s in common) / max(1, len(common))
-        cross = sum(wiki[m][p]["hybrid"]["hit@5"] for p in wiki_languages.CROSS) / len(
-            wiki_languages.CROSS) if m in wiki else float("nan")
+        pairs = wiki_languages.CROSS
+        cross = (f"{sum(wiki[m][p]['hybrid']['hit@5'] for p in pairs) / len(pairs):.3f}"
+                 if m in wiki else "-")
         t1, t2 = sp.get(m, {}).get("cpu_t1"), sp.get(m, {}).get("cpu_t2")
         rows.append([m, *(f"{_cell(q, m, f'{s}|dense', 'MRR@10')} / "
                           f"{_cell(q, m, f'{s}|hybrid', 'MRR@10')}{fewer(m, s)}" for s in sets),
-                     f"{mean:.3f}" if common else "-", f"{cross:.3f}",
+                     f"{mean:.3f}" if common else "-", cross,
                      f"{t1:.1f}" if t1 else "-", f"{t2:.1f}" if t2 else "-",
                      f"{1000 / t1:.0f}" if t1 else "-",
                      f"{t1 / sp[base]['cpu_t1']:.2f}x" if t1 and base in sp else "-",
