@@ -298,10 +298,17 @@ def anyio_backend() -> str:
 
 @pytest.mark.slow
 @pytest.mark.anyio
-async def test_rag_query_without_tau_applies_the_calibrated_default(sample_repo: Path) -> None:
-    """End to end with the default model: omitting tau means the fitted row's tau, not 0."""
+async def test_rag_query_without_tau_applies_the_calibrated_default(
+        sample_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end with the default model: omitting tau means the fitted row's tau, not 0. The
+    default model's row ships tau = 0 (the flag says when nothing is relevant), so the row is
+    given the tau another fitted row carries to see the threshold at work."""
     from indexers.pipeline import run_index
     from tests.mcp_helpers import answer, in_process
+
+    fitted = [c.tau for c in CALIBRATIONS.values() if c.tau > 0]
+    assert fitted, "no calibration row carries a threshold"
+    monkeypatch.setitem(CALIBRATIONS, DEFAULT, replace(CALIBRATIONS[DEFAULT], tau=max(fitted)))
 
     # spans apart: a hit under tau never joins its neighbours, so with joining on the two
     # answers also differ in how they group the same spans (tests/test_join.py)
