@@ -250,6 +250,16 @@ def main(argv: list[str] | None = None) -> int:
                                ("rag_get_span", "get_span"), ("rag_health", "health")):
                 brows.append([root.name, label, pct(old[key], 50), pct(new[key], 50),
                               f"{pct(old[key], 50) / pct(new[key], 50):.2f}x"])
+            # what the server itself spent: the client's round trip carries the machine's noise
+            for label, o, n in (("server: rag_query uncached", old["server_uncached"],
+                                 new["server_uncached"]),
+                                ("server: embedding the query", old["split"]["embed_ms"],
+                                 new["split"]["embed_ms"]),
+                                ("server: fusion and ranking", old["split"]["fusion_ms"],
+                                 new["split"]["fusion_ms"])):
+                if o and n:
+                    brows.append([root.name, label, pct(o, 50), pct(n, 50),
+                                  f"{pct(o, 50) / pct(n, 50):.2f}x"])
         how = ("; its source exported to bench/.work, run on the same installed dependencies"
                if base else "")
         side = (f"\n\nSide by side with {who} (same indexes, queries and rounds{how}):\n\n"
