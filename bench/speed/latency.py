@@ -264,7 +264,10 @@ def main(argv: list[str] | None = None) -> int:
                if base else "")
         side = (f"\n\nSide by side with {who} (same indexes, queries and rounds{how}):\n\n"
                 + md_table(["repository", "call", f"{before} P50 ms", "now P50 ms", "speed-up"],
-                           brows))
+                           brows)
+                + ("\n\nEmbedding the query is the same work on both servers, so its ratio "
+                   "shows how far the machine alone moves a ratio in this run; the stage "
+                   "compared shows in the fusion and ranking row." if benv and not base else ""))
         print(side)
     write_section("latency", "## Tool latency over stdio\n\n"
                   f"`{cmd}`\n\nA real MCP client session talking to `rag-mcp` in another "
