@@ -250,11 +250,24 @@ def main(argv: list[str] | None = None) -> int:
                                ("rag_get_span", "get_span"), ("rag_health", "health")):
                 brows.append([root.name, label, pct(old[key], 50), pct(new[key], 50),
                               f"{pct(old[key], 50) / pct(new[key], 50):.2f}x"])
+            # what the server itself spent: the client's round trip carries the machine's noise
+            for label, o, n in (("server: rag_query uncached", old["server_uncached"],
+                                 new["server_uncached"]),
+                                ("server: embedding the query", old["split"]["embed_ms"],
+                                 new["split"]["embed_ms"]),
+                                ("server: fusion and ranking", old["split"]["fusion_ms"],
+                                 new["split"]["fusion_ms"])):
+                if o and n:
+                    brows.append([root.name, label, pct(o, 50), pct(n, 50),
+                                  f"{pct(o, 50) / pct(n, 50):.2f}x"])
         how = ("; its source exported to bench/.work, run on the same installed dependencies"
                if base else "")
         side = (f"\n\nSide by side with {who} (same indexes, queries and rounds{how}):\n\n"
                 + md_table(["repository", "call", f"{before} P50 ms", "now P50 ms", "speed-up"],
-                           brows))
+                           brows)
+                + ("\n\nEmbedding the query is the same work on both servers, so its ratio "
+                   "shows how far the machine alone moves a ratio in this run; the stage "
+                   "compared shows in the fusion and ranking row." if benv and not base else ""))
         print(side)
     write_section("latency", "## Tool latency over stdio\n\n"
                   f"`{cmd}`\n\nA real MCP client session talking to `rag-mcp` in another "
