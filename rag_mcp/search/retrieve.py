@@ -300,13 +300,18 @@ class Retriever:
         return hits
 
 
+def _absent(lexical: LexicalIndex, terms: list[str]) -> int:
+    """How many of ``terms`` occur nowhere in the lexical index."""
+    return sum(1 for t in terms if lexical.upper_bound([t]) == 0.0)
+
+
 def known_share(lexical: LexicalIndex, tokens: list[str]) -> float:
     """The share of the query's distinct terms that occur in the lexical index (1 without
     terms: nothing to distrust)."""
     terms = list(dict.fromkeys(tokens))
     if not terms:
         return 1.0
-    return sum(1 for t in terms if lexical.upper_bound([t]) > 0.0) / len(terms)
+    return (len(terms) - _absent(lexical, terms)) / len(terms)
 
 
 def lexical_coverage(lexical: LexicalIndex, tokens: list[str]) -> float:
@@ -320,7 +325,7 @@ def lexical_coverage(lexical: LexicalIndex, tokens: list[str]) -> float:
     words it lacks, whatever frame ("how do I", "what is the") the corpus happens to share."""
     terms = list(dict.fromkeys(tokens))
     present = lexical.upper_bound(terms)
-    absent = sum(1 for t in terms if lexical.upper_bound([t]) == 0.0)
+    absent = _absent(lexical, terms)
     if not absent:
         return 1.0
     n = lexical.num_docs()
