@@ -171,6 +171,17 @@ def test_definitions_files_changelogs_and_spread() -> None:
     assert R.rank("Session", cands, R.OFF) == list(range(len(cands)))
 
 
+def test_a_plural_file_name_matches_the_word_it_abbreviates() -> None:
+    # "utility" names utils.go and "implementations" impls.rs once the plural's s is dropped
+    assert R.path_share("pkg/utils.go", R.intent("utility helpers for paths")) > 0
+    assert R.path_share("src/ser/impls.rs", R.intent("standard type implementations")) > 0
+    cands = [_c("src/server.go", 0.60), _c("src/utils.go", 0.57)]
+    assert cands[R.rank("utility helpers for paths", cands)[0]].path == "src/utils.go"
+    # a word that merely ends in s is not cut to any beginning: "users" is no "use"
+    assert not R._word_match("users", "usage")
+    assert not R._word_match("bus", "bu")
+
+
 def test_a_partial_file_lends_its_evidence_to_its_base_file() -> None:
     cands = [_c("src/Mapper.Rows.cs", 0.60), _c("src/Mapper.Cache.cs", 0.59),
              _c("src/Mapper.cs", 0.58), _c("src/Other.cs", 0.585)]

@@ -230,11 +230,15 @@ def _path_words(path: str) -> frozenset[str]:
 
 def _word_match(a: str, b: str) -> bool:
     """Two words that are the same or one a prefix of the other (route/router, serial/
-    serializer), the shorter at least 3 letters, or sharing a 5-letter beginning."""
+    serializer), the shorter at least 3 letters, also once a plural's ``s`` is dropped
+    (utils/utility, impls/implementations: 4 letters left at least), or sharing a 5-letter
+    beginning."""
     if a == b:
         return True
     short, long_ = (a, b) if len(a) <= len(b) else (b, a)
     if len(short) >= 3 and long_.startswith(short):
+        return True
+    if len(short) >= 5 and short[-1] == "s" and long_.startswith(short[:-1]):
         return True
     return len(short) >= 5 and long_[:5] == short[:5]
 
