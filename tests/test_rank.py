@@ -182,6 +182,17 @@ def test_a_plural_file_name_matches_the_word_it_abbreviates() -> None:
     assert not R._word_match("bus", "bu")
 
 
+def test_a_how_question_gives_the_file_named_after_its_topic_half_the_path_credit() -> None:
+    cands = [_c("src/Gson.java", 0.62), _c("src/TypeAdapterFactory.java", 0.55)]
+    # asked what the thing is, the file named after it comes first ...
+    assert cands[R.rank("type adapter factories", cands)[0]].path.endswith("Factory.java")
+    # ... asked how the code works, the hub that does it keeps its lead
+    assert R.intent("how are type adapter factories selected").how
+    assert not R.intent("how do I register a type adapter").how
+    assert cands[R.rank("how are type adapter factories selected", cands)[0]].path \
+        == "src/Gson.java"
+
+
 def test_a_partial_file_lends_its_evidence_to_its_base_file() -> None:
     cands = [_c("src/Mapper.Rows.cs", 0.60), _c("src/Mapper.Cache.cs", 0.59),
              _c("src/Mapper.cs", 0.58), _c("src/Other.cs", 0.585)]

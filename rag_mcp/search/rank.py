@@ -36,6 +36,9 @@ ablation of each rule into docs/BENCHMARKS.md):
 * ``path`` — the share of the query's content words that name the span's file or its folder
   (``middleware`` in ``middleware/logger.go``, ``formats`` in ``formatter.bash``), for a
   question in words: the file is often the answer (an architecture question is about a module).
+  A question about how the code works ("how are type adapters selected") gets half of it
+  (``HOW_PATH``): the file named after its topic defines the thing, while the code that does
+  what it asks about is as often a hub that uses it (``Gson.java`` for ``TypeAdapterFactory``).
 * ``file`` — file-level evidence: a file whose spans crowd the top of the pool is the subject
   of the question. A file's evidence is the sum of its spans' scores within ``FILE_BAND`` of the
   pool's best; a partial file (``SqlMapper.Async.cs``, ``router.test.ts``) adds its evidence to
@@ -107,9 +110,14 @@ WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 EXAMPLE_DIR = re.compile(r"(?i)(?:^|/)_?(?:examples?|demos?|samples?)/")
 #: a question about how the code works, rather than how to use it ("how does X parse",
 #: "how the router matches", "where is X implemented"); "how do I" / "how to" are a user's
+_HOW = r"how\s+(?!do\s+i\b|to\b|can\s+i\b|should\s+i\b|would\s+i\b)"
 CODE_QUESTION = re.compile(
-    r"(?i)^\s*(?:how\s+(?!do\s+i\b|to\b|can\s+i\b|should\s+i\b|would\s+i\b)|where\s+(?:is|are|does)"
-    r"\b|which\s+(?:function|method|class|module|file|code)\b)")
+    r"(?i)^\s*(?:" + _HOW + r"|where\s+(?:is|are|does)\b"
+    r"|which\s+(?:function|method|class|module|file|code)\b)")
+#: a question about how the code works, the first of those ("how does X ...")
+HOW_QUESTION = re.compile(r"(?i)^\s*" + _HOW)
+#: the share of ``path`` a question about how the code works gets
+HOW_PATH = 0.5
 #: words that name code rather than prose
 CODE_WORDS = frozenset({"function", "functions", "method", "methods", "class", "classes",
                         "implementation", "implemented", "implements", "internally", "struct",
@@ -176,6 +184,7 @@ class QueryIntent:
     words: frozenset[str]  # its content words, lower case (split identifiers)
     docs: bool  # it asks about documentation
     code: bool  # it asks about code: names an identifier, or how the code works
+    how: bool = False  # it asks how the code works (``HOW_QUESTION``)
 
 
 def intent(query: str) -> QueryIntent:
@@ -196,7 +205,8 @@ def intent(query: str) -> QueryIntent:
     docs = not DOC_WORDS.isdisjoint(lowered)
     code = not docs and (bool(names) or CODE_QUESTION.match(q) is not None
                          or not CODE_WORDS.isdisjoint(lowered))
-    return QueryIntent(frozenset(names), bare, frozenset(words), docs, code)
+    how = HOW_QUESTION.match(q) is not None
+    return QueryIntent(frozenset(names), bare, frozenset(words), docs, code, how)
 
 
 def _base_file(path: str) -> str:
@@ -284,7 +294,7 @@ def base_evidence(c: Candidate, q: QueryIntent, w: Weights, shares: dict[str, fl
         share = shares.get(c.path)
         if share is None:
             share = shares[c.path] = path_share(c.path, q)
-        s += w.path * share
+        s += w.path * share * (HOW_PATH if q.how else 1.0)
     if c.kind != "code":
         if CHANGELOG.match(_stem(c.path)):
             s -= w.changelog
