@@ -188,6 +188,11 @@ def ensure_indexed(root: Path) -> None:
                    check=True)
 
 
+def _shown(name: str) -> str:
+    """A repository's name in the tables: this checkout's folder name says nothing to a reader."""
+    return "rag-mcp (this repository)" if name == ROOT.name else name
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -218,13 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in measured.items():
         if name.endswith("@base"):
             continue
+        shown = _shown(name)
         kinds = [("rag_query uncached", "uncached"), ("rag_query cached", "cached"),
                  ("rag_get_span", "get_span"), ("rag_health", "health"),
                  ("rag_query cached, via ClientSession.call_tool", "sdk_cached")]
         kinds += [(TS_LABELS[k], k) for k in TS_KEYS if k in r]
         for label, key in kinds:
-            rows.append([name, label, pct(r[key], 50), pct(r[key], 95)])
-        splits.append([name, pct(r["server_uncached"], 50), pct(r["server_cached"], 50),
+            rows.append([shown, label, pct(r[key], 50), pct(r[key], 95)])
+        splits.append([shown, pct(r["server_uncached"], 50), pct(r["server_cached"], 50),
                        *(pct(r["split"][k], 50) for k in ("embed_ms", "dense_ms", "lexical_ms",
                                                           "fusion_ms", "format_ms"))])
         print(md_table(["repo", "call", "P50 ms", "P95 ms"], rows[-len(kinds):]), flush=True)
@@ -248,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             new, old = measured[root.name], measured[f"{root.name}@base"]
             for label, key in (("rag_query uncached", "uncached"), ("rag_query cached", "cached"),
                                ("rag_get_span", "get_span"), ("rag_health", "health")):
-                brows.append([root.name, label, pct(old[key], 50), pct(new[key], 50),
+                brows.append([_shown(root.name), label, pct(old[key], 50), pct(new[key], 50),
                               f"{pct(old[key], 50) / pct(new[key], 50):.2f}x"])
             # what the server itself spent: the client's round trip carries the machine's noise
             for label, o, n in (("server: rag_query uncached", old["server_uncached"],
@@ -258,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                                 ("server: fusion and ranking", old["split"]["fusion_ms"],
                                  new["split"]["fusion_ms"])):
                 if o and n:
-                    brows.append([root.name, label, pct(o, 50), pct(n, 50),
+                    brows.append([_shown(root.name), label, pct(o, 50), pct(n, 50),
                                   f"{pct(o, 50) / pct(n, 50):.2f}x"])
         how = ("; its source exported to bench/.work, run on the same installed dependencies"
                if base else "")
