@@ -118,22 +118,36 @@ class _Rows:
 
 class _Guarded:
     """A read-only connection whose damage is ``IndexUnavailable`` with the fix: a catalog
-    damaged under a running server answered E_INTERNAL until the server was restarted."""
+    damaged under a running server answered E_INTERNAL until the server was restarted.
+
+    A published catalog never changes, so SQLite keeps the pages it has read (``immutable``)
+    and a file rewritten under the server would be noticed only on a page not read yet: answers
+    would mix the old catalog with the new bytes, or not, as the page cache happens to hold
+    them. The file's size, modification time and inode, checked with one ``stat`` per call,
+    make any change to it damage at once."""
 
     def __init__(self, db: sqlite3.Connection, path: Path) -> None:
         self._db = db
         self._path = path
+        self._stamp = _stamp(path)
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> _Rows:
         try:
+            if _stamp(self._path) != self._stamp:
+                raise sqlite3.DatabaseError("the file changed after it was published")
             return _Rows(self._db.execute(sql, params).fetchall())
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, OSError) as exc:
             raise IndexUnavailable(
                 f"the catalog of {self._path.parent.name} is damaged ({exc}); run `rag-index` "
                 "on the repository to repair it") from exc
 
     def close(self) -> None:
         self._db.close()
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 class Catalog:
