@@ -19,6 +19,7 @@ from indexers.changes import ChangeSet, SkippedFiles
 from rag_mcp.config import Settings
 from rag_mcp.embed import BUNDLED
 from rag_mcp.index import generation as gen
+from rag_mcp.index.lexical import TOKENS_VERSION
 from rag_mcp.index.spans import EMBED_TEXT_VERSION
 
 #: what the generation's ``pages/`` index holds (bumped when that changes: a generation without
@@ -48,6 +49,8 @@ def incompatible(manifest: dict[str, Any], settings: Settings, identity: str,
                 f"({settings.embed_backend}){why}")
     if manifest.get("pages_version") != PAGES_VERSION:
         return "pages of prose get a keyword index of their own (no vector is computed again)"
+    if manifest.get("tokens_version", 1) != TOKENS_VERSION:
+        return "words of every script are indexed as keywords (no vector is computed again)"
     if manifest.get("config_hash") != settings.index_config_hash():
         return "index settings changed"
     if manifest.get("store") != store_kind:
@@ -76,6 +79,7 @@ def build(settings: Settings, *, identity: str, store_kind: str, generation: int
         "chunker_version": chunking.CHUNKER_VERSION,
         "embed_text_version": EMBED_TEXT_VERSION,
         "pages_version": PAGES_VERSION,
+        "tokens_version": TOKENS_VERSION,
         "model": s.embed_model,
         "backend": s.embed_backend,
         "model_identity": identity,

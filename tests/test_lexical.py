@@ -33,3 +33,49 @@ def test_exact_identifier_ranks_its_definition_first(tmp_path: Path) -> None:
     assert ix.num_docs() == 3
     reopened = LexicalIndex(tmp_path / "lx")
     assert reopened.search(tokenize("parse span id"), 1)[0][0] in (1, 2)
+
+
+def test_words_of_every_script_are_whole_tokens() -> None:
+    # German, French, Russian, Greek: a word with a letter outside ASCII is one token, not the
+    # ASCII runs around that letter ("zugriffsbeschr", "nkung") or nothing at all (Cyrillic)
+    assert tokenize("Zugriffsbeschränkung") == ["zugriffsbeschränkung"]
+    assert tokenize("récupérer l'élément") == ["récupérer", "l", "élément"]
+    assert tokenize("Функция возвращает") == ["функция", "возвращает"]
+    assert tokenize("ΛΌΓΟΣ") == tokenize("λόγος") == ["λόγοσ"]  # final sigma folds too
+    # case folded the Unicode way, and a decomposed accent is the composed one (NFKC)
+    assert tokenize("STRASSE") == tokenize("Straße") == ["strasse"]
+    assert tokenize("e\u0301le\u0300ve") == tokenize("\u00e9l\u00e8ve") == ["\u00e9l\u00e8ve"]
+    # accents are kept: "où" (where) is not "ou" (or)
+    assert tokenize("où") != tokenize("ou")
+    # a word mixing scripts with "_" still splits there
+    assert split_identifier("größe_berechnen") == ["grösse", "berechnen"]
+
+
+def test_a_question_in_another_script_finds_its_page_by_keywords(tmp_path: Path) -> None:
+    ix = LexicalIndex(tmp_path / "lx", create=True)
+    docs = {
+        1: "Die Zugriffsbeschränkung einer Seite ändern Sie unter Administration.",
+        2: "Die Zugriffsrechte beschreiben, wer eine Seite lesen darf. Änderungen nkung beschr",
+        3: "Права доступа: кто может читать страницу.",
+        4: "Access control: who may read a page.",
+    }
+    for sid, text in docs.items():
+        ix.add(sid, tokenize(text), [])
+    ix.commit()
+    assert ix.search(tokenize("Zugriffsbeschränkung ändern"), 4)[0][0] == 1
+    assert [s for s, _ in ix.search(tokenize("права доступа"), 4)] == [3]
+
+
+def test_an_index_of_ascii_only_tokens_is_rebuilt_with_a_reason() -> None:
+    from indexers import manifest
+    from rag_mcp.config import load_settings
+
+    s = load_settings({})
+    now = {"chunker_version": manifest.chunking.CHUNKER_VERSION,
+           "embed_text_version": manifest.EMBED_TEXT_VERSION,
+           "pages_version": manifest.PAGES_VERSION, "tokens_version": manifest.TOKENS_VERSION,
+           "model_identity": "id", "model": s.embed_model, "backend": s.embed_backend,
+           "embed_max_tokens": s.embed_max_tokens}
+    before = {k: v for k, v in now.items() if k != "tokens_version"}
+    assert "every script" in manifest.incompatible(before, s, "id", "chroma")
+    assert "every script" not in manifest.incompatible(now, s, "id", "chroma")

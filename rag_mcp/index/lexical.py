@@ -8,7 +8,10 @@ whole index on every change) and 4.2 s / 57 ms for SQLite FTS5. It also updates 
 Tokens: lower-case word runs; identifiers are kept whole *and* split at snake_case and camelCase
 boundaries, so ``parseHTTPResponse`` yields ``parsehttpresponse parse http response``. An exact
 identifier in a query then matches its definition through the whole-word token, while a natural
-language query still matches the parts.
+language query still matches the parts. Words of any script count (``Größe``, ``élément``,
+``функция``), Unicode-normalized (NFKC: a decomposed ``é`` is the composed one) and case folded
+(``Straße`` and ``STRASSE`` are one token). Accents are kept: folding them away (``où`` into
+``ou``, French "changé" into English "change") lost French questions on the DokuWiki set.
 """
 
 from __future__ import annotations
@@ -19,15 +22,18 @@ import math
 import re
 import shutil
 import tempfile
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-WORD = re.compile(r"[A-Za-z0-9_]+")
+WORD = re.compile(r"\w+")  # letters and digits of any script, and "_"
 # Boundaries inside an identifier: "HTTPResponse" -> HTTP, Response; "utf8Decode" -> utf8, Decode.
 CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+[0-9]*|[A-Z]+[0-9]*|[0-9]+")
 MAX_TOKEN_LEN = 48
 BM25_K1 = 1.2  # tantivy's constant (with b = 0.75)
+#: how text becomes tokens (bumped when that changes: an index of other tokens is rebuilt)
+TOKENS_VERSION = 2
 
 #: span kinds whose files are also indexed whole, as pages (the generation's ``pages/`` index):
 #: a page of documentation is about its subject as a whole, and its sections share its words
@@ -39,19 +45,30 @@ STOP_WORDS = frozenset(
 )
 
 
+def normal(text: str) -> str:
+    """``text`` in Unicode's NFKC form (a decomposed ``é`` composed, ``ﬁ`` as ``fi``)."""
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
+
+
 def split_identifier(word: str) -> list[str]:
-    """Parts of one identifier, lower-cased: ``parse_span_id`` -> parse, span, id."""
+    """Parts of one identifier, case folded: ``parse_span_id`` -> parse, span, id.
+
+    camelCase is split in ASCII pieces only; a piece with other letters (``Größe``) stays
+    whole (``grösse``).
+    """
     parts: list[str] = []
     for piece in word.split("_"):
-        if piece:
+        if piece.isascii():
             parts.extend(p.lower() for p in CAMEL.findall(piece))
+        elif piece:
+            parts.append(piece.casefold())
     return parts
 
 
 @functools.lru_cache(maxsize=262_144)
 def _word_tokens(word: str) -> tuple[str, ...]:
     """Tokens of one word (cached: identifiers repeat all over a repository)."""
-    low = word.lower().strip("_")
+    low = word.casefold().strip("_")
     if not low or len(low) > MAX_TOKEN_LEN:
         return ()
     parts = split_identifier(word)
@@ -64,7 +81,7 @@ def tokenize(text: str) -> list[str]:
     """Index and query tokens of ``text`` (whole identifiers plus their parts, no stop words)."""
     out: list[str] = []
     extend = out.extend
-    for word in WORD.findall(text):
+    for word in WORD.findall(normal(text)):
         extend(_word_tokens(word))
     return out
 

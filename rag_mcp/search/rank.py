@@ -105,7 +105,7 @@ CHANGELOG = re.compile(r"(?i)^(changelog|changes|history|news|release[-_ ]?notes
 DOC_WORDS = frozenset({"doc", "docs", "documentation", "documented", "readme", "guide",
                        "tutorial", "example", "examples", "changelog", "install",
                        "installation", "usage", "faq", "license", "contributing"})
-WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+WORD = re.compile(r"[^\W\d_][^\W_]*")  # a letter of any script, then letters or digits
 #: a folder of examples, demos or samples: code that uses the project, not the project
 EXAMPLE_DIR = re.compile(r"(?i)(?:^|/)_?(?:examples?|demos?|samples?)/")
 #: a question about how the code works, rather than how to use it ("how does X parse",
@@ -198,7 +198,7 @@ def intent(query: str) -> QueryIntent:
         names.add(dotted.rsplit(".", 1)[-1])
     words: set[str] = set()
     for w in WORD.findall(q):
-        for p in split_identifier(w) if not w.islower() else [w.lower()]:
+        for p in split_identifier(w) if not w.islower() else [w.casefold()]:
             if len(p) > 2 and p not in STOP_WORDS and p not in FRAME_WORDS:
                 words.add(p)
     lowered = {w.lower() for w in WORD.findall(q)}
@@ -232,7 +232,7 @@ def _path_words(path: str) -> frozenset[str]:
     parts = path.split("/")
     stem = _stem(path)
     out = set(split_identifier(re.sub(r"[-.]", "_", stem)))
-    out.add(re.sub(r"[-_.]", "", stem.lower()))
+    out.add(re.sub(r"[-_.]", "", stem.casefold()))
     if len(parts) > 1:
         out.update(split_identifier(parts[-2].replace("-", "_")))
     return frozenset(p for p in out if p)
