@@ -5,14 +5,16 @@ The pages are real DokuWiki pages and their translations, from Debian's ``dokuwi
 English ``wiki:syntax``, ``wiki:dokuwiki`` and ``wiki:welcome`` pages, and the help texts of the
 wiki and its plugins (``inc/lang/<lang>/*.txt``, ``lib/plugins/*/lang/<lang>/*.txt``), which
 DokuWiki ships translated. They are laid out as wikis (``data/pages/...``), one per language
-(en, de, fr), plus a bilingual one (``mix``: the English pages and the German ones under
-``de:``, as translation plugins lay them out).
+(en, de, fr, and ru for the help texts), plus a bilingual one (``mix``: the English pages and
+the German ones under ``de:``, as translation plugins lay them out).
 
 ``bench/quality/wiki_questions.json`` holds 61 targets (35 sections of the English pages, 26
-help pages that exist in all three languages), each asked once in English, German and French.
-Gold: the lines of the section's answer (English pages) or the whole help page. Every question
-runs against every wiki its page exists in, so "de>en" is German questions over English pages;
-in ``mix``, ``(other)`` marks questions whose answer exists only in the other language.
+help pages that exist in all three languages), each asked once in English, German and French;
+the help pages are asked in Russian too, over the Russian and the English wiki (a script other
+than Latin, whose words the keyword leg must take whole). Gold: the lines of the section's
+answer (English pages) or the whole help page. Every question runs against every wiki its page
+exists in, so "de>en" is German questions over English pages; in ``mix``, ``(other)`` marks
+questions whose answer exists only in the other language.
 
     .venv/bin/python -m bench.quality.wiki_languages [--models bge-small-en-v1.5,...] [--reuse]
         [--no-write]
@@ -40,11 +42,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = WORK / "wiki_languages"
 SET = ROOT / "set"
 LANGS = ("en", "de", "fr")
+#: every wiki built: the three languages, and Russian (help texts only)
+WIKIS = (*LANGS, "ru")
 BACKEND = "onnx-int8"
 MODELS = ("all-MiniLM-L6-v2", "bge-small-en-v1.5", "multilingual-e5-small")
 #: (questions, pages) pairs in the order of the table; "x>mix(other)" = answer only in English
 PAIRS = ("en>en", "de>de", "fr>fr", "de>en", "fr>en", "en>de", "en>fr", "de>fr", "fr>de",
-         "de>mix(other)", "de>mix(same)", "en>mix(same)")
+         "ru>ru", "ru>en", "de>mix(other)", "de>mix(same)", "en>mix(same)")
 CROSS = ("de>en", "fr>en", "en>de", "en>fr", "de>fr", "fr>de")
 
 
@@ -106,7 +110,7 @@ def build() -> EvalSet:
     tree = fetch()
     targets = json.loads((HERE / "wiki_questions.json").read_text(encoding="utf-8"))["targets"]
     shutil.rmtree(SET, ignore_errors=True)
-    found = {lang: pages(tree, lang) for lang in LANGS}
+    found = {lang: pages(tree, lang) for lang in WIKIS}
     rows: list[dict] = []
 
     def gold(wiki: str, rel: str, t: dict, english: bool) -> dict:
@@ -114,13 +118,14 @@ def build() -> EvalSet:
         s, e = gold_lines(lines, t.get("from"), t.get("until")) if english else (1, len(lines))
         return {"path": rel, "start_line": s, "end_line": e}
 
-    for lang in LANGS:
+    for lang in WIKIS:
         rels = {pid: _place(src, lang, pid) for pid, src in found[lang].items()}
         for t in targets:
             if t["page"] in rels:
                 g = gold(lang, rels[t["page"]], t, lang == "en")
                 rows += [{"id": f"{t['id']}.{q}>{lang}", "query": t[q], "corpus": lang,
-                          "qlang": q, "pair": f"{q}>{lang}", "gold": [g]} for q in LANGS]
+                          "qlang": q, "pair": f"{q}>{lang}", "gold": [g]}
+                         for q in WIKIS if q in t and f"{q}>{lang}" in PAIRS]
     mixed = {"en": {pid: _place(src, "mix", pid) for pid, src in found["en"].items()},
              "de": {pid: _place(src, "mix", f"de:{pid}") for pid, src in found["de"].items()}}
     for t in targets:
@@ -179,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     mean: list[list[object]] = [["cross-lingual mean hit@5",
              *(f"{sum(res[m][p][f]['hit@5'] for p in CROSS) / len(CROSS):.3f}"
                for m in models for f in ("dense", "hybrid"))]]
-    n_pages = {w: len(list((SET / w).rglob("*.txt"))) for w in (*LANGS, "mix")}
+    n_pages = {w: len(list((SET / w).rglob("*.txt"))) for w in (*WIKIS, "mix")}
     body = f"""## Questions in one language, wiki pages in another
 
 `python -m bench.quality.wiki_languages --models {a.models}`
@@ -187,7 +192,8 @@ def main(argv: list[str] | None = None) -> None:
 Real DokuWiki pages and their translations from Debian's `dokuwiki` package: one wiki per
 language (pages: {", ".join(f"{w} {n}" for w, n in n_pages.items())}; `mix` holds the English
 pages and the German ones under `de:`). 61 questions, each written in English, German and French
-for one section of the English pages (35) or one help page that exists in every language (26);
+for one section of the English pages (35) or one help page that exists in every language (26),
+the 26 help-page questions in Russian too (`ru>ru`, `ru>en`: Cyrillic);
 `de>en` = German questions over the English wiki; in `mix`, `(other)` = the answer exists only in
 English, `(same)` = a German version exists too (either counts). Cells: MRR@10 / hit@5, k = 10,
 int8, spans read to the default 160 tokens; hybrid with each model's own calibration row.
