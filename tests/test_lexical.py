@@ -14,17 +14,22 @@ def test_identifiers_are_kept_whole_and_split() -> None:
     assert "the" not in tokenize("the file")
 
 
+def _index(path: Path, docs: dict[int, str]) -> LexicalIndex:
+    """An index of ``docs`` (sid -> text); a span's name is its text up to the first "("."""
+    ix = LexicalIndex(path, create=True)
+    for sid, text in docs.items():
+        ix.add(sid, tokenize(text), tokenize(text.split("(")[0]))
+    ix.commit()
+    return ix
+
+
 def test_exact_identifier_ranks_its_definition_first(tmp_path: Path) -> None:
-    ix = LexicalIndex(tmp_path / "lx", create=True)
-    docs = {
+    ix = _index(tmp_path / "lx", {
         1: "def parse_span_id(span_id): path, rng, digest = span_id.rsplit(':', 2)",
         2: "def parse(text): return span and id in text",
         3: "class HTTPError(Exception): pass",
         4: "def fetch(url): raise HTTPError(404) if missing else response",
-    }
-    for sid, text in docs.items():
-        ix.add(sid, tokenize(text), tokenize(text.split("(")[0]))
-    ix.commit()
+    })
     assert ix.search(tokenize("parse_span_id"), 3)[0][0] == 1
     assert ix.search(tokenize("HTTPError"), 3)[0][0] == 3
     ix.delete([3])
@@ -52,16 +57,12 @@ def test_words_of_every_script_are_whole_tokens() -> None:
 
 
 def test_a_question_in_another_script_finds_its_page_by_keywords(tmp_path: Path) -> None:
-    ix = LexicalIndex(tmp_path / "lx", create=True)
-    docs = {
+    ix = _index(tmp_path / "lx", {
         1: "Die Zugriffsbeschränkung einer Seite ändern Sie unter Administration.",
         2: "Die Zugriffsrechte beschreiben, wer eine Seite lesen darf. Änderungen nkung beschr",
         3: "Права доступа: кто может читать страницу.",
         4: "Access control: who may read a page.",
-    }
-    for sid, text in docs.items():
-        ix.add(sid, tokenize(text), [])
-    ix.commit()
+    })
     assert ix.search(tokenize("Zugriffsbeschränkung ändern"), 4)[0][0] == 1
     assert [s for s, _ in ix.search(tokenize("права доступа"), 4)] == [3]
 
