@@ -6,7 +6,8 @@ is one generic loop keyed on the query's capture names:
 - ``@definition.<kind>`` + ``@name`` (+ ``@parent``, a Go receiver type): a definition. Kinds
   ``function``, ``method`` and ``macro`` are leaves (nested functions stay inside them); every
   other kind (class, struct, impl, module, namespace, ...) is a container whose members get
-  spans of their own while its header and fields make the container's own spans.
+  spans of their own while its header and fields make the container's own spans; the one
+  holding its signature carries ``("head", "1")`` in its meta (its members follow it).
 - ``@doc`` (comments, decorators, attributes): joins the definition right below it.
 - ``@block`` (statement lists): a unit over the budget is cut only between their children.
   ``@doc`` and ``@block`` patterns list plain node types (checked when the grammar loads).
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from indexers.languages import Grammar
 
 #: bump when the spans produced for the same file change; the index rebuilds on a mismatch
-CHUNKER_VERSION = "code-3"
+CHUNKER_VERSION = "code-4"
 
 _LEAF_KINDS = frozenset({"function", "method", "macro"})
 #: containers whose functions are not methods
@@ -340,11 +341,12 @@ class _Layout:
                 preview = self.runpreview_of(run, first, last)
                 self.drafts.append((first, last, None, None, preview, context, ()))
                 continue
+            meta: tuple[tuple[str, str], ...] = (("def", scope.kind),)
             if first <= scope.signature_row <= last:
                 preview = scope.signature
+                meta = (*meta, ("head", "1"))  # the container's head: its members follow
             else:
                 preview = self.runpreview_of(run, first, last)
-            meta = (("def", scope.kind),)
             self.drafts.append((first, last, scope.symbol, scope.parent, preview, context, meta))
 
     def runpreview_of(self, run: list[_Item], first: int, last: int) -> str:

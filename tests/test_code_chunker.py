@@ -97,6 +97,18 @@ def test_python_class_members_and_nesting() -> None:
     assert chunks["parse_span_id"].parent is None
     assert dict(chunks["Indexer.run"].meta) == {"def": "method"}
     assert dict(chunks["main"].meta) == {"def": "function"}
+    # the span holding a container's signature is its head: its members follow it
+    assert dict(header.meta) == {"def": "class", "head": "1"}
+
+
+def test_only_a_containers_signature_span_is_its_head() -> None:
+    chunks = chunk_code(fixture_text("rust"), "rust")
+    heads = {c.symbol for c in chunks if "head" in dict(c.meta)}
+    assert "Span" in heads  # `impl Span {`, whose methods follow
+    # a struct that holds no definition is whole, not a head, and neither is a method
+    assert not [c for c in chunks if dict(c.meta).get("def") == "struct" and "head" in dict(c.meta)]
+    assert not [c for c in chunks if dict(c.meta).get("def") in ("function", "method")
+                and "head" in dict(c.meta)]
 
 
 def test_decorated_function_keeps_decorators_and_leading_comment() -> None:

@@ -8,8 +8,16 @@ import pytest
 
 from indexers.pipeline import run_index
 from rag_mcp.config import Settings, load_settings
-from rag_mcp.index.spans import digest, make_span_id
-from rag_mcp.search.join import Placed, best_window, defines, focus, joined_label, plan_joins
+from rag_mcp.index.spans import Span, digest, make_span_id
+from rag_mcp.search.join import (
+    Placed,
+    best_window,
+    defines,
+    focus,
+    grow_head,
+    joined_label,
+    plan_joins,
+)
 from rag_mcp.search.rank import intent
 from tests.mcp_helpers import answer, error_code, in_process, text
 
@@ -292,3 +300,91 @@ async def test_a_fourth_hit_in_a_long_function_is_the_window_that_matches(make_r
         forged = make_span_id("src/long.py", start, end, "0" * 12)
         bad = await session.call_tool("rag_get_span", {"span_id": forged})
         assert bad.is_error and error_code(bad) == "E_NOT_FOUND"
+
+
+# -- a type asked for by name comes with its first members ---------------------------------------
+
+def _span(start: int, end: int, symbol: str | None, parent: str | None = None) -> Span:
+    return Span("a.js", start, end, f"d{start}", "code", "javascript", symbol, parent)
+
+
+def test_a_types_head_grows_over_its_members_while_the_range_stays_short() -> None:
+    head = _span(14, 21, "Axios")
+    spans = [_span(1, 12, None), head, _span(22, 28, "Axios.constructor", "Axios"),
+             _span(30, 61, "Axios.request", "Axios"), _span(63, 70, "helper")]
+    assert grow_head(head, 21, spans, set(), 30) == [spans[2]]
+    assert grow_head(head, 21, spans, set(), 60) == spans[2:4]  # never past the type's end
+    assert grow_head(head, 21, spans, set(), 10) == []  # the first member alone is too long
+    assert grow_head(head, 21, spans, {spans[2].id}, 60) == []  # another answer holds it
+    assert grow_head(head, 28, spans, set(), 60) == [spans[3]]  # after the group's own end
+
+
+CLASS_JS = """import InterceptorManager from './InterceptorManager.js';
+
+/**
+ * Create a new instance of Tapir
+ */
+class Tapir {
+  constructor(instanceConfig) {
+    this.defaults = instanceConfig;
+    this.interceptors = new InterceptorManager();
+  }
+
+  request(configOrUrl, config) {
+    const step0 = this.dispatch(configOrUrl, config, 0);
+    const step1 = this.dispatch(configOrUrl, config, 1);
+    const step2 = this.dispatch(configOrUrl, config, 2);
+    const step3 = this.dispatch(configOrUrl, config, 3);
+    const step4 = this.dispatch(configOrUrl, config, 4);
+    const step5 = this.dispatch(configOrUrl, config, 5);
+    const step6 = this.dispatch(configOrUrl, config, 6);
+    const step7 = this.dispatch(configOrUrl, config, 7);
+    const step8 = this.dispatch(configOrUrl, config, 8);
+    const step9 = this.dispatch(configOrUrl, config, 9);
+    const step10 = this.dispatch(configOrUrl, config, 10);
+    const step11 = this.dispatch(configOrUrl, config, 11);
+    const step12 = this.dispatch(configOrUrl, config, 12);
+    const step13 = this.dispatch(configOrUrl, config, 13);
+    const step14 = this.dispatch(configOrUrl, config, 14);
+    const step15 = this.dispatch(configOrUrl, config, 15);
+    const step16 = this.dispatch(configOrUrl, config, 16);
+    const step17 = this.dispatch(configOrUrl, config, 17);
+    const step18 = this.dispatch(configOrUrl, config, 18);
+    const step19 = this.dispatch(configOrUrl, config, 19);
+    const step20 = this.dispatch(configOrUrl, config, 20);
+    const step21 = this.dispatch(configOrUrl, config, 21);
+    const step22 = this.dispatch(configOrUrl, config, 22);
+    const step23 = this.dispatch(configOrUrl, config, 23);
+    const step24 = this.dispatch(configOrUrl, config, 24);
+    return step24;
+  }
+}
+
+export default Tapir;
+"""
+
+
+async def test_a_class_asked_for_by_name_comes_with_its_constructor(make_repo) -> None:  # type: ignore[no-untyped-def]
+    # more files than the retriever's pool that say "tapir" more than the constructor does:
+    # the constructor is no candidate of its own (so it joins no answer), as in a big repository
+    files = {f"lib/zoo{i}.js": f"export function feed{i}() {{\n  return 'tapir tapir tapir';\n}}\n"
+             for i in range(60)}
+    root = make_repo({"lib/Tapir.js": CLASS_JS, **files})
+    s = load_settings({"root": str(root), "embed_model": HASH})
+    run_index(s)
+    async with in_process(s) as (session, _):
+        r = await session.call_tool("rag_query", {"query": "Tapir", "k": 3, "tau": 0.0,
+                                                  "include_text": True})
+        top = answer(r)["hits"][0]
+        # the head (doc comment, `class Tapir {`) and the constructor, not the next method
+        assert (top["path"], top["end_line"]) == ("lib/Tapir.js", 10)
+        assert top["start_line"] in (1, 3)  # with the imports above when they ranked
+        assert top["symbol"].endswith("Tapir, Tapir.constructor")
+        assert "this.defaults = instanceConfig;" in top["text"]
+        got = await session.call_tool("rag_get_span", {"span_id": top["id"]})
+        gs = got.structured_content
+        assert gs is not None and not got.is_error and gs["text"] == top["text"]
+        # a question that does not name the class keeps the head as it is
+        r = await session.call_tool("rag_query", {"query": "create a new instance",
+                                                  "k": 3, "tau": 0.0})
+        assert all(h["end_line"] != 10 or h["start_line"] != 3 for h in answer(r)["hits"])

@@ -17,6 +17,12 @@ that alone gives the window of its lines that holds the most of the query's term
 (``best_window``). The first three answers, the likeliest right, stay whole, and so does an
 answer whose best span defines an identifier the question names (``defines``): asked for by
 name, a definition is wanted whole.
+
+Head: a type asked for by name whose best span holds only its head (the signature and what comes
+before its first member: a class's doc comment and ``class Axios {``, ``impl Router {``) is not
+yet its definition. The answer grows over the type's next spans (``grow_head``), whole, while
+the range from the head stays within ``focus_lines``: the constructor or first method that
+says what the type is made of, which the head alone does not.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rag_mcp.index.lexical import tokenize
+from rag_mcp.index.spans import Span
 from rag_mcp.search.rank import QUALIFIER
 
 
@@ -138,3 +145,21 @@ def defines(label: str | None, names: Collection[str]) -> bool:
                     or any(sym == n or sym.endswith("." + n) for n in names)):
             return True
     return False
+
+
+def grow_head(head: Span, end: int, spans: Sequence[Span], taken: Collection[str],
+              max_lines: int) -> list[Span]:
+    """The spans an answer led by a type's ``head`` (ending at line ``end``) grows over: the
+    file's ``spans`` (in line order) after ``end`` that belong to the type (its members, or
+    more of its head), while the range from the head's first line stays within ``max_lines``;
+    it stops at a span another answer holds (``taken``: span IDs) or one that is not the
+    type's."""
+    out: list[Span] = []
+    for sp in spans:
+        if sp.start_line <= end:
+            continue
+        if (sp.id in taken or sp.end_line - head.start_line + 1 > max_lines
+                or (sp.parent != head.symbol and sp.symbol != head.symbol)):
+            break
+        out.append(sp)
+    return out

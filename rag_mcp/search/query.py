@@ -23,6 +23,7 @@ from rag_mcp.search.join import (
     best_window,
     defines,
     focus,
+    grow_head,
     joined_label,
     plan_joins,
 )
@@ -263,6 +264,7 @@ class QueryService:
         groups = plan_joins(placed, MAX_K, gap=self.s.join_gap, max_lines=self.s.join_max_lines)
         out: list[_Found] = []
         names = intent(query).names
+        taken = {found[i].hit.span.id for group in groups[:k] for i in group}
         for group in groups[:k]:
             members = [found[i] for i in group]
             narrow = len(out) >= WHOLE_ANSWERS and self._narrows(members, names)
@@ -270,7 +272,8 @@ class QueryService:
                 joined = self._joined(members, query)
                 out.append(replace(members[0], joined=joined) if joined else members[0])
                 continue
-            joined = self._joined(members) if len(members) > 1 else None
+            more = self._head_members(members, names, taken)
+            joined = self._joined(members, more=more) if len(members) > 1 or more else None
             if joined is not None:
                 out.append(replace(members[0], joined=joined))
             else:
@@ -287,18 +290,32 @@ class QueryService:
         return (0 < self.s.focus_lines < lines and lead.kind == "code"
                 and not defines(lead.symbol, names))
 
-    def _joined(self, members: list[_Found], focus_on: str | None = None) -> _Joined | None:
-        """The range covering ``members`` (best first), read from the file now; ``focus_on``
-        (the query) narrows it to ``query.focus_lines`` lines (``join.focus``)."""
+    def _head_members(self, members: list[_Found], names: frozenset[str], taken: set[str]
+                      ) -> list[Span]:
+        """The spans an answer grows over when its best span is the head of a type the
+        question names (``join.grow_head``), up to ``query.focus_lines`` lines."""
+        head = members[0].hit.span
+        catalog = members[0].retrieval.index.catalog
+        if (catalog is None or head.kind != "code" or "head" not in dict(head.meta)
+                or not defines(head.symbol, names)):
+            return []
+        end = max(f.hit.span.end_line for f in members)
+        return grow_head(head, end, [r.span for r in catalog.of_path(head.path)], taken,
+                         self.s.focus_lines)
+
+    def _joined(self, members: list[_Found], focus_on: str | None = None,
+                more: Sequence[Span] = ()) -> _Joined | None:
+        """The range covering ``members`` (best first) and the spans in ``more``, read from the
+        file now; ``focus_on`` (the query) narrows it to ``query.focus_lines`` lines
+        (``join.focus``)."""
         lead = members[0]
-        start, end = (min(f.hit.span.start_line for f in members),
-                      max(f.hit.span.end_line for f in members))
+        parts = [f.hit.span for f in members] + list(more)
+        start, end = min(sp.start_line for sp in parts), max(sp.end_line for sp in parts)
         width = self.s.focus_lines
         if focus_on is not None:
             start, end = focus([Placed(None, f.hit.span.start_line, f.hit.span.end_line)
                                 for f in members], gap=self.s.join_gap, max_lines=width)
-        spans = sorted((f.hit.span for f in members
-                        if f.hit.span.start_line <= end and f.hit.span.end_line >= start),
+        spans = sorted((sp for sp in parts if sp.start_line <= end and sp.end_line >= start),
                        key=lambda sp: sp.start_line)
         got = join_parts(lead.repo.root, lead.hit.span.path,
                          [(sp.start_line, sp.end_line, sp.digest) for sp in spans],
