@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
+from rag_mcp.index.catalog import Catalog
 from rag_mcp.index.lexical import tokenize
 from rag_mcp.index.spans import Span
 from rag_mcp.search.rank import QUALIFIER
@@ -163,3 +164,14 @@ def grow_head(head: Span, end: int, spans: Sequence[Span], taken: Collection[str
             break
         out.append(sp)
     return out
+
+
+def head_members(head: Span, end: int, names: Collection[str], catalog: Catalog | None,
+                 taken: Collection[str], max_lines: int) -> list[Span]:
+    """The spans an answer whose best span is ``head`` (the group ending at line ``end``)
+    grows over: ``grow_head`` over the file's spans in ``catalog`` when ``head`` is the head of
+    a type the question names (``names``), else none."""
+    if (catalog is None or head.kind != "code" or "head" not in dict(head.meta)
+            or not defines(head.symbol, names)):
+        return []
+    return grow_head(head, end, [r.span for r in catalog.of_path(head.path)], taken, max_lines)

@@ -23,7 +23,7 @@ from rag_mcp.search.join import (
     best_window,
     defines,
     focus,
-    grow_head,
+    head_members,
     joined_label,
     plan_joins,
 )
@@ -272,7 +272,9 @@ class QueryService:
                 joined = self._joined(members, query)
                 out.append(replace(members[0], joined=joined) if joined else members[0])
                 continue
-            more = self._head_members(members, names, taken)
+            more = head_members(members[0].hit.span, max(f.hit.span.end_line for f in members),
+                                names, members[0].retrieval.index.catalog, taken,
+                                self.s.focus_lines)  # a type the question names: its members
             joined = self._joined(members, more=more) if len(members) > 1 or more else None
             if joined is not None:
                 out.append(replace(members[0], joined=joined))
@@ -289,19 +291,6 @@ class QueryService:
                  - min(f.hit.span.start_line for f in members) + 1)
         return (0 < self.s.focus_lines < lines and lead.kind == "code"
                 and not defines(lead.symbol, names))
-
-    def _head_members(self, members: list[_Found], names: frozenset[str], taken: set[str]
-                      ) -> list[Span]:
-        """The spans an answer grows over when its best span is the head of a type the
-        question names (``join.grow_head``), up to ``query.focus_lines`` lines."""
-        head = members[0].hit.span
-        catalog = members[0].retrieval.index.catalog
-        if (catalog is None or head.kind != "code" or "head" not in dict(head.meta)
-                or not defines(head.symbol, names)):
-            return []
-        end = max(f.hit.span.end_line for f in members)
-        return grow_head(head, end, [r.span for r in catalog.of_path(head.path)], taken,
-                         self.s.focus_lines)
 
     def _joined(self, members: list[_Found], focus_on: str | None = None,
                 more: Sequence[Span] = ()) -> _Joined | None:
