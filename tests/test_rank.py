@@ -182,6 +182,26 @@ def test_a_plural_file_name_matches_the_word_it_abbreviates() -> None:
     assert not R._word_match("bus", "bu")
 
 
+def test_a_word_in_most_of_the_pools_file_names_earns_no_path_credit() -> None:
+    # "schema" names three of the four files (a schema library's vocabulary): it tells none
+    # of them apart, so the file the fusion put first keeps its lead
+    cands = [_c("v4/core/api.ts", 0.605, start=20, end=40, symbol="_enum", definition="function"),
+             _c("v4/classic/schemas.ts", 0.60, start=20, end=40, symbol="ZodEnum",
+                definition="interface"),
+             _c("v4/mini/schemas.ts", 0.58, start=20, end=40, symbol="enum", definition="function"),
+             _c("v4/core/schemas.ts", 0.57, start=20, end=40, symbol="$ZodEnum",
+                definition="interface")]
+    q = R.intent("enum schema types")
+    assert R.telling_words({c.path for c in cands}, q) == {"enum", "types"}
+    assert cands[R.rank("enum schema types", cands)[0]].path == "v4/core/api.ts"
+    # a word that names half of them or fewer still tells them apart
+    paths = {"a/router.go", "b/router_test.go", "c/tree.go", "d/mux.go"}
+    assert R.telling_words(paths, R.intent("router matching")) == {"router", "matching"}
+    cands[1:3] = [_c("v4/classic/enum.ts", 0.60, start=20, end=40, symbol="ZodEnum",
+                     definition="interface"), _c("v4/mini/checks.ts", 0.58)]
+    assert cands[R.rank("enum schema types", cands)[0]].path == "v4/classic/enum.ts"
+
+
 def test_a_how_question_gives_the_file_named_after_its_topic_half_the_path_credit() -> None:
     cands = [_c("src/Gson.java", 0.62), _c("src/TypeAdapterFactory.java", 0.55)]
     # asked what the thing is, the file named after it comes first ...

@@ -39,6 +39,9 @@ ablation of each rule into docs/BENCHMARKS.md):
   A question about how the code works ("how are type adapters selected") gets half of it
   (``HOW_PATH``): the file named after its topic defines the thing, while the code that does
   what it asks about is as often a hub that uses it (``Gson.java`` for ``TypeAdapterFactory``).
+  A word that names more than ``COMMON_PATH`` of the pool's files (``schema`` among a schema
+  library's ``schemas.ts`` files) is the project's vocabulary and tells no file from another:
+  it counts in neither the share nor its denominator (``telling_words``).
 * ``file`` — file-level evidence: a file whose spans crowd the top of the pool is the subject
   of the question. A file's evidence is the sum of its spans' scores within ``FILE_BAND`` of the
   pool's best; a partial file (``SqlMapper.Async.cs``, ``router.test.ts``) adds its evidence to
@@ -118,6 +121,9 @@ CODE_QUESTION = re.compile(
 HOW_QUESTION = re.compile(r"(?i)^\s*" + _HOW)
 #: the share of ``path`` a question about how the code works gets
 HOW_PATH = 0.5
+#: a query word that names more than this share of the pool's files tells none of them apart
+#: (``schema`` in a schema library's ``schemas.ts`` files): it earns no path credit
+COMMON_PATH = 0.5
 #: words that name code rather than prose
 CODE_WORDS = frozenset({"function", "functions", "method", "methods", "class", "classes",
                         "implementation", "implemented", "implements", "internally", "struct",
@@ -274,15 +280,28 @@ def name_evidence(c: Candidate, q: QueryIntent, w: Weights) -> float:
     return s
 
 
-def path_share(path: str, q: QueryIntent) -> float:
-    """The share of the query's content words that name the file or its folder."""
-    pw = _path_words(path)
-    return sum(any(_word_match(k, x) for x in pw) for k in q.words) / len(q.words)
+def _names(word: str, path: str) -> bool:
+    return any(_word_match(word, x) for x in _path_words(path))
+
+
+def path_share(path: str, q: QueryIntent, words: frozenset[str] | None = None) -> float:
+    """The share of the query's content words (or of ``words``, a subset: ``telling_words``)
+    that name the file or its folder."""
+    ws = q.words if words is None else words
+    return sum(_names(k, path) for k in ws) / len(ws) if ws else 0.0
+
+
+def telling_words(paths: set[str], q: QueryIntent) -> frozenset[str]:
+    """The query's content words that name at most ``COMMON_PATH`` of ``paths`` (the pool's
+    files): a word in most of their names is the project's own vocabulary (``schema`` in a
+    schema library, ``json`` in a JSON library) and tells no file from another."""
+    limit = COMMON_PATH * len(paths)
+    return frozenset(k for k in q.words if sum(_names(k, p) for p in paths) <= limit)
 
 
 def base_evidence(c: Candidate, q: QueryIntent, w: Weights, shares: dict[str, float]) -> float:
     """The candidate's own evidence: names, path words, docs intent, changelogs
-    (``shares``: path -> ``path_share``, memoised for the query)."""
+    (``shares``: path -> ``path_share`` over the pool's ``telling_words``)."""
     s = c.score
     if q.bare:
         s += name_evidence(c, q, w)
@@ -291,10 +310,7 @@ def base_evidence(c: Candidate, q: QueryIntent, w: Weights, shares: dict[str, fl
     if q.code and not q.bare and c.kind == "code" and not c.symbol and c.start_line == 1:
         s -= w.preamble  # a file's preamble: imports, a namespace, a partial class opening
     if q.words and not q.bare and w.path:
-        share = shares.get(c.path)
-        if share is None:
-            share = shares[c.path] = path_share(c.path, q)
-        s += w.path * share * (HOW_PATH if q.how else 1.0)
+        s += w.path * shares.get(c.path, 0.0) * (HOW_PATH if q.how else 1.0)
     if c.kind != "code":
         if CHANGELOG.match(_stem(c.path)):
             s -= w.changelog
@@ -396,6 +412,10 @@ def rank(query: str, cands: Sequence[Candidate], w: Weights = DEFAULT, *, gap: i
         return list(range(len(cands)))
     q = intent(query)
     shares: dict[str, float] = {}
+    if q.words and not q.bare and w.path:
+        paths = {c.path for c in head}
+        told = telling_words(paths, q)
+        shares = {p: path_share(p, q, told) for p in paths}
     scores = [base_evidence(c, q, w, shares) for c in head]
     file_evidence(head, scores, w)
     return spread(head, scores, w, gap, max_lines) + list(range(len(head), len(cands)))
