@@ -147,6 +147,24 @@ def test_ignored_and_secret_files_are_never_stored(make_repo: Callable[..., Path
     assert b"should-never-be-indexed" not in raw and b"OPENSSH" not in raw
 
 
+def test_another_index_inside_the_repository_is_never_indexed(
+        make_repo: Callable[..., Path]) -> None:
+    root = make_repo({"app.py": "def main():\n    return 1\n",
+                      "docs/guide.md": "# Guide\n\nRun the app with main().\n"})
+    # an earlier run kept its index in a folder of the repository, not in .rag
+    first = settings_for(root, index_dir="old-index")
+    run_index(first)
+    s = settings_for(root)
+    stats = run_index(s)
+    assert set(spans_by_path(s)) == {"app.py", "docs/guide.md"}
+    assert stats.skipped["build_output"] == 1  # the tagged folder, pruned whole
+    tag = (first.index_path / gen.CACHE_TAG).read_bytes()
+    assert tag.startswith(b"Signature: 8a477f597d28d172789f06886806bc55\n")  # the standard's
+    assert (s.index_path / gen.CACHE_TAG).read_bytes() == tag
+    run_index(s)  # the tag is written once and left alone
+    assert (s.index_path / gen.CACHE_TAG).read_bytes() == tag
+
+
 def test_model_change_rebuilds_cleanly(sample_repo: Path) -> None:
     s = settings_for(sample_repo)
     run_index(s)

@@ -5,6 +5,8 @@ Layout under ``<index_dir>/<collection>/``::
     CURRENT            {"generation": 7, "dir": "gen-000007"}, replaced atomically
     writer.lock        flock held by the one indexing process (its pid inside, for messages)
     watcher.lock       flock held by the one process watching the tree (rag-index/rag-mcp --watch)
+    CACHEDIR.TAG       marks the folder as regenerable (bford.info/cachedir): walkers, ours
+                       included, and backup tools skip it, wherever the index lies
     gen-000007/        a complete, immutable generation
         manifest.json  schema/chunker version, model, dimension, config hash, counts (written last)
         spans.sqlite   every file (content hash) and span record (rag_mcp.index.catalog)
@@ -49,6 +51,12 @@ PAGES = "pages"
 CHROMA = "chroma"
 READERS = ".readers"
 LOCK = "writer.lock"
+#: the Cache Directory Tagging marker: an index can be rebuilt from its repository
+CACHE_TAG = "CACHEDIR.TAG"
+CACHE_TAG_TEXT = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
+                  b"# This file is a cache directory tag created by rag-mcp (rag-index).\n"
+                  b"# The folder holds a search index that can be rebuilt from its repository.\n"
+                  b"# For information about cache directory tags see https://bford.info/cachedir/\n")
 WATCH_LOCK = "watcher.lock"
 
 
@@ -101,6 +109,21 @@ def read_pointer(base: Path) -> Pointer | None:
     if name != gen_dir_name(n):
         raise IndexUnavailable(f"the index pointer {CURRENT} names an unexpected folder")
     return Pointer(n, base / name, (st.st_ino, st.st_mtime_ns))
+
+
+def tag_cache_dir(base: Path) -> None:
+    """Write ``CACHEDIR.TAG`` into ``base`` once: another index lying inside a repository (an
+    ``--index-dir`` of an earlier run, a nested project's ``.rag``) is then never indexed as
+    that repository's files, and backup tools leave it out. Best effort: an index on a
+    read-only or odd file system works without it."""
+    try:
+        fd = os.open(base / CACHE_TAG, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except OSError:  # already there (or not writable: the lock's own open reports that)
+        return
+    try:
+        os.write(fd, CACHE_TAG_TEXT)
+    finally:
+        os.close(fd)
 
 
 def clear_non_file(path: Path) -> None:
@@ -190,6 +213,7 @@ class WriterLock:
 
     def acquire(self, *, wait: bool, on_wait: Any = None) -> None:
         self.base.mkdir(parents=True, exist_ok=True)
+        tag_cache_dir(self.base)
         clear_non_file(self.base / self.name)  # a directory there needs no manual deletion
         fd = os.open(self.base / self.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
