@@ -220,6 +220,20 @@ def test_a_partial_file_lends_its_evidence_to_its_base_file() -> None:
     assert order.index("src/Mapper.cs") < order.index("src/Other.cs")
 
 
+def test_a_test_lends_its_evidence_to_the_file_it_is_named_after() -> None:
+    # the test's spans crowd the top: the code it tests is the subject, before a file of chance
+    cands = [_c("pkg/complete_test.go", 0.60), _c("pkg/complete_test.go", 0.595, 100, 110),
+             _c("pkg/complete_test.go", 0.59, 200, 210), _c("pkg/other.go", 0.585),
+             _c("pkg/complete.go", 0.58)]
+    order = [cands[i].path for i in R.rank("parse the header", cands)]
+    assert order.index("pkg/complete.go") < order.index("pkg/other.go")
+    pool = ["app/routes.py", "tests/test_routes.py", "src/Router.java", "test/RouterTest.java",
+            "m/foo.go", "m/foo_bar_test.go"]
+    assert R._subjects("tests/test_routes.py", pool) == ["app/routes.py"]
+    assert R._subjects("test/RouterTest.java", pool) == ["src/Router.java"]
+    assert R._subjects("m/foo_bar_test.go", pool) == []  # not a test of foo.go
+
+
 def test_file_evidence_needs_a_file_that_crowds_the_top() -> None:
     # three of the top spans in one file: the file is the subject, its best span leads
     crowded = [_c("x.py", 0.60), _c("a.py", 0.595), _c("a.py", 0.50, start=100, end=110),

@@ -44,13 +44,14 @@ ablation of each rule into docs/BENCHMARKS.md):
   it counts in neither the share nor its denominator (``telling_words``).
 * ``file`` — file-level evidence: a file whose spans crowd the top of the pool is the subject
   of the question. A file's evidence is the sum of its spans' scores within ``FILE_BAND`` of the
-  pool's best; a partial file (``SqlMapper.Async.cs``, ``router.test.ts``) adds its evidence to
-  its base file (``SqlMapper.cs``, ``router.ts``) when that is in the pool. The file's best span
-  gets ``file`` times its evidence over the best file's. Only when some file (with its partial
-  files) holds ``FILE_CROWD`` of the fusion's first ten: two spans of one file among ten is
-  chance in a corpus of many files (CoSQA's shards of unrelated snippets: 94% of its queries
-  have no file with three, semble's 3%), and lifting such a file cost CoSQA 0.016 MRR@10 with
-  bge-small-en-v1.5.
+  pool's best; a partial file or a test (``SqlMapper.Async.cs``, ``router.test.ts``,
+  ``completions_test.go``) adds its evidence to the file it is about (``SqlMapper.cs``,
+  ``router.ts``, ``completions.go``) when that is in the pool (a test's: semble +0.0006, the kit
+  level). The file's best span gets ``file`` times its evidence over the best file's. Only when
+  some file (with its partial files) holds ``FILE_CROWD`` of the fusion's first ten: two spans
+  of one file among ten is chance in a corpus of many files (CoSQA's shards of unrelated
+  snippets: 94% of its queries have no file with three, semble's 3%), and lifting such a file
+  cost CoSQA 0.016 MRR@10 with bge-small-en-v1.5.
 * ``docs`` — for a question about code (it names an identifier, asks how the code works —
   "how does X ...", "where is X ..." — or names code: function, method, class, ...), and not
   about docs (readme, guide, install, example, ...), documentation and plain-text spans lose
@@ -86,11 +87,12 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rag_mcp.index.lexical import STOP_WORDS, split_identifier, tokenize
+from rag_mcp.index.spans import is_test_file
 
 if TYPE_CHECKING:
     from rag_mcp.search.retrieve import Hit
@@ -225,6 +227,20 @@ def _base_file(path: str) -> str:
     return f"{head}/{base}" if head else base
 
 
+def _subjects(path: str, pool: Iterable[str]) -> list[str]:
+    """The ``pool`` files ``path`` is part of: a partial file's base file (``SqlMapper.Async.cs``,
+    ``router.test.ts`` -> ``SqlMapper.cs``, ``router.ts``), or the files a test is named after
+    (``completions_test.go``, ``test_app.py``, ``RouterTest.java`` -> ``completions.go``,
+    ``app.py``, ``Router.java``, in any folder: what is left of the name is one test word)."""
+    base = _base_file(path)
+    if base != path or not is_test_file(path):
+        return [base] if base != path and base in pool else []
+    stem, ext = _stem(path).casefold(), path.rpartition(".")[2]
+    return [p for p in pool if p != path and p.endswith("." + ext) and not is_test_file(p)
+            and (s := _stem(p).casefold()) in stem and is_test_file(rest := stem.replace(s, "", 1))
+            and len(split_identifier(rest)) == 1]
+
+
 def _stem(path: str) -> str:
     """A file's name without its last suffix (``SqlMapper.Async.cs`` -> ``SqlMapper.Async``)."""
     name = path.rsplit("/", 1)[-1]
@@ -333,12 +349,10 @@ def file_evidence(cands: Sequence[Candidate], scores: list[float], w: Weights) -
         mass[c.path] += max(0.0, scores[i] - floor)
         if c.path not in lead or scores[i] > scores[lead[c.path]]:
             lead[c.path] = i
-    # a partial file (SqlMapper.Async.cs, router.test.ts) lends its evidence to its base file
-    # (SqlMapper.cs, router.ts) when that is in the pool: the base is what the parts are about
+    # a partial file or a test lends its evidence to the files it is about (``_subjects``)
     lent: dict[str, float] = defaultdict(float)
     for path, m in mass.items():
-        base = _base_file(path)
-        if base != path and base in mass:
+        for base in _subjects(path, mass):
             lent[base] += m
     for base, m in lent.items():
         mass[base] += m
