@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any
+from unittest import mock
 
 from bench._report import WORK, md_table, write_section
 from bench.quality.runs import Run, score_run, service_run
@@ -92,12 +93,8 @@ def curves_per_kind(curves: dict[str, tuple[float, float]]) -> Iterator[None]:
         z = a * raw + b
         return z, fusion.logistic(z)
 
-    saved = retrieve.fuse
-    retrieve.fuse = fuse  # type: ignore[assignment]
-    try:
+    with mock.patch.object(retrieve, "fuse", fuse):
         yield
-    finally:
-        retrieve.fuse = saved  # type: ignore[assignment]
 
 
 @contextmanager
@@ -126,12 +123,8 @@ def held_pages() -> Iterator[None]:
         out.sort(key=lambda h: (-h.raw, h.span.path, h.span.start_line))
         return out
 
-    saved = retrieve.with_page_evidence
-    retrieve.with_page_evidence = evidence  # type: ignore[assignment]
-    try:
+    with mock.patch.object(retrieve, "with_page_evidence", evidence):
         yield
-    finally:
-        retrieve.with_page_evidence = saved  # type: ignore[assignment]
 
 
 def main(argv: list[str] | None = None) -> None:
