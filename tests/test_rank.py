@@ -12,6 +12,7 @@ import pytest
 
 from rag_mcp.config import load_settings
 from rag_mcp.deps import build_deps
+from rag_mcp.search import paths as P
 from rag_mcp.search import rank as R
 from rag_mcp.search.retrieve import Filters
 
@@ -173,13 +174,13 @@ def test_definitions_files_changelogs_and_spread() -> None:
 
 def test_a_plural_file_name_matches_the_word_it_abbreviates() -> None:
     # "utility" names utils.go and "implementations" impls.rs once the plural's s is dropped
-    assert R.path_share("pkg/utils.go", R.intent("utility helpers for paths")) > 0
-    assert R.path_share("src/ser/impls.rs", R.intent("standard type implementations")) > 0
+    assert P.path_share("pkg/utils.go", R.intent("utility helpers for paths").words) > 0
+    assert P.path_share("src/ser/impls.rs", R.intent("standard type implementations").words) > 0
     cands = [_c("src/server.go", 0.60), _c("src/utils.go", 0.57)]
     assert cands[R.rank("utility helpers for paths", cands)[0]].path == "src/utils.go"
     # a word that merely ends in s is not cut to any beginning: "users" is no "use"
-    assert not R._word_match("users", "usage")
-    assert not R._word_match("bus", "bu")
+    assert not P.word_match("users", "usage")
+    assert not P.word_match("bus", "bu")
 
 
 def test_a_word_in_most_of_the_pools_file_names_earns_no_path_credit() -> None:
@@ -192,11 +193,11 @@ def test_a_word_in_most_of_the_pools_file_names_earns_no_path_credit() -> None:
              _c("v4/core/schemas.ts", 0.57, start=20, end=40, symbol="$ZodEnum",
                 definition="interface")]
     q = R.intent("enum schema types")
-    assert R.telling_words({c.path for c in cands}, q) == {"enum", "types"}
+    assert P.telling_words({c.path for c in cands}, q.words) == {"enum", "types"}
     assert cands[R.rank("enum schema types", cands)[0]].path == "v4/core/api.ts"
     # a word that names half of them or fewer still tells them apart
     paths = {"a/router.go", "b/router_test.go", "c/tree.go", "d/mux.go"}
-    assert R.telling_words(paths, R.intent("router matching")) == {"router", "matching"}
+    assert P.telling_words(paths, R.intent("router matching").words) == {"router", "matching"}
     cands[1:3] = [_c("v4/classic/enum.ts", 0.60, start=20, end=40, symbol="ZodEnum",
                      definition="interface"), _c("v4/mini/checks.ts", 0.58)]
     assert cands[R.rank("enum schema types", cands)[0]].path == "v4/classic/enum.ts"
@@ -229,9 +230,36 @@ def test_a_test_lends_its_evidence_to_the_file_it_is_named_after() -> None:
     assert order.index("pkg/complete.go") < order.index("pkg/other.go")
     pool = ["app/routes.py", "tests/test_routes.py", "src/Router.java", "test/RouterTest.java",
             "m/foo.go", "m/foo_bar_test.go"]
-    assert R._subjects("tests/test_routes.py", pool) == ["app/routes.py"]
-    assert R._subjects("test/RouterTest.java", pool) == ["src/Router.java"]
-    assert R._subjects("m/foo_bar_test.go", pool) == []  # not a test of foo.go
+    assert P.subjects("tests/test_routes.py", pool) == ["app/routes.py"]
+    assert P.subjects("test/RouterTest.java", pool) == ["src/Router.java"]
+    assert P.subjects("m/foo_bar_test.go", pool) == []  # not a test of foo.go
+
+
+def test_a_test_comes_after_the_code_it_tests() -> None:
+    # the test exercises the code in the question's words; the code it tests answers first
+    cands = [_c("pkg/command_test.go", 0.60, symbol="TestHooks", definition="function"),
+             _c("pkg/command.go", 0.57, symbol="Command.execute", definition="method")]
+    assert cands[R.rank("lifecycle hooks run order", cands)[0]].path == "pkg/command.go"
+    no_rule = replace(R.DEFAULT, test=0.0)
+    assert cands[R.rank("lifecycle hooks run order", cands, no_rule)[0]].path.endswith("_test.go")
+    # a query about tests, or a test whose subject is not in the pool, keeps the fusion's order
+    assert R.intent("tests of the lifecycle hooks").tests
+    assert cands[R.rank("tests of the lifecycle hooks", cands)[0]].path.endswith("_test.go")
+    alone = [cands[0], _c("pkg/other.go", 0.57)]
+    assert alone[R.rank("lifecycle hooks run order", alone)[0]].path.endswith("_test.go")
+    # a page named like a test is no test code
+    pages = [_c("advanced/async-tests.md", 0.60, kind="doc"), _c("async.md", 0.57, kind="doc")]
+    assert R.rank("Other Asynchronous Function Calls", pages)[0] == 0
+
+
+def test_a_partial_file_counts_its_familys_answers_in_the_spread() -> None:
+    # slices of one partial class are one file's answers; the base file is not their sibling
+    cands = [_c("src/Mapper.Rows.cs", 0.62), _c("src/Mapper.Cache.cs", 0.61),
+             _c("src/Other.cs", 0.55), _c("src/Mapper.cs", 0.50, start=300, end=340)]
+    order = [cands[i].path for i in R.rank("how results are read", cands)]
+    assert order[0] == "src/Mapper.Rows.cs"
+    assert order.index("src/Other.cs") < order.index("src/Mapper.Cache.cs")
+    assert order.index("src/Mapper.cs") < order.index("src/Mapper.Cache.cs")
 
 
 def test_file_evidence_needs_a_file_that_crowds_the_top() -> None:

@@ -28,6 +28,8 @@ _ID_TAIL = re.compile(r":(\d{1,9})-(\d{1,9}):([0-9a-f]{12})\Z")
 # XTest.java, XTests.cs, conftest.py) or by folder (tests/, test/, __tests__/, testing/, spec/).
 _TEST_FILE = re.compile(r"(?:^|[._-])(?i:test|tests|spec)(?:[._-]|$)|[a-z0-9]Tests?$")
 _TEST_DIRS = frozenset({"test", "tests", "__tests__", "testing", "spec", "specs"})
+#: query tokens that ask about tests: a short query with one of them gets no test penalty
+TEST_WORDS = frozenset({"test", "tests", "testing", "tested", "unittest", "spec", "specs"})
 
 
 def is_test_file(rel: str) -> bool:

@@ -46,12 +46,13 @@ ablation of each rule into docs/BENCHMARKS.md):
   of the question. A file's evidence is the sum of its spans' scores within ``FILE_BAND`` of the
   pool's best; a partial file or a test (``SqlMapper.Async.cs``, ``router.test.ts``,
   ``completions_test.go``) adds its evidence to the file it is about (``SqlMapper.cs``,
-  ``router.ts``, ``completions.go``) when that is in the pool (a test's: semble +0.0006, the kit
-  level). The file's best span gets ``file`` times its evidence over the best file's. Only when
-  some file (with its partial files) holds ``FILE_CROWD`` of the fusion's first ten: two spans
-  of one file among ten is chance in a corpus of many files (CoSQA's shards of unrelated
-  snippets: 94% of its queries have no file with three, semble's 3%), and lifting such a file
-  cost CoSQA 0.016 MRR@10 with bge-small-en-v1.5.
+  ``router.ts``, ``completions.go``) when that is in the pool (``search.paths.subjects``; a
+  test's: semble +0.0006, the kit level). The file's best span gets ``file`` times its
+  evidence over the best file's. Only when some file (with its partial files) holds
+  ``FILE_CROWD`` of the fusion's first ten: two spans of one file among ten is chance in a
+  corpus of many files (CoSQA's shards of unrelated snippets: 94% of its queries have no file
+  with three, semble's 3%), and lifting such a file cost CoSQA 0.016 MRR@10 with
+  bge-small-en-v1.5.
 * ``docs`` — for a question about code (it names an identifier, asks how the code works —
   "how does X ...", "where is X ..." — or names code: function, method, class, ...), and not
   about docs (readme, guide, install, example, ...), documentation and plain-text spans lose
@@ -60,11 +61,19 @@ ablation of each rule into docs/BENCHMARKS.md):
   ("how do I declare a body") and a heading-like query keep the fusion's balance of prose and
   code. A changelog (CHANGES, HISTORY, NEWS, ...) loses ``changelog`` whatever the question: it
   names every identifier once, which makes it a lexical match for anything.
+* ``test`` — a test's code span whose subject file (``search.paths.subjects``:
+  ``command_test.go`` -> ``command.go``) is in the pool loses ``test``, unless the query
+  mentions tests: the test exercises the code in the question's words, and the code it tests
+  answers first. (A test demotion for every test cost bge 0.015 on semble: bats-core's library
+  is test tooling with no subject file.)
 * ``spread`` — diversity: a candidate from a file that already has ``SPREAD_FREE`` answers
   above it loses ``spread`` per such answer (a greedy pass over the first answers), unless it
   would join one of them (``search.join`` returns adjacent spans as one range, which costs no
   slot). The top 10 held 5.3 distinct files on semble's benchmark; a question with two target
-  files lost the second.
+  files lost the second. A partial file (``SqlMapper.DapperRow.cs``) counts the answers of its
+  whole family (its base file ``SqlMapper.cs`` and the base's other partial files), the base
+  file only its own: ten slices of one partial class are one file's ten answers, and the base
+  file they all belong to is the family's hub, not a sibling to push down.
 
 A long query (an issue, a traceback: more lexical terms than the calibration's threshold) gets
 the stage's weights scaled down (``length_scale``) and neither ``file`` nor ``spread``: it names
@@ -72,27 +81,27 @@ its place in its own words, and an issue's answer is often a second span of the 
 answer is in (SWE-bench Lite, all 30 snapshots, bge-small-en-v1.5: MRR@10 0.373 with the stage
 off, 0.360 with spread, 0.373 without).
 
-Tests keep the fusion's own demotion (``query.test_penalty``); a stronger one here moved
-nothing on the fitting sets. Measured with both models and left out, because the two disagreed
-or a kit set paid: a stronger ``file`` (MiniLM semble +0.008, the kit's CoSQA and docs -0.005
-each), more ``file`` only for "how does X" questions (MiniLM +0.007, bge -0.004 to -0.014), a
-path word's credit split among the pool's files it names (bge +0.008, MiniLM -0.001, docstring
--0.015), a test demotion here
-(bge -0.015: bats-core's library is test tooling), a file stem that begins the identifier
-(``format.h`` for ``formatter``: +0.0002).
+Measured with both models and left out, because the two disagreed or a kit set paid: a
+stronger ``file`` (MiniLM semble +0.008, the kit's CoSQA and docs -0.005 each), more ``file``
+only for "how does X" questions (MiniLM +0.007, bge -0.004 to -0.014), a path word's credit
+split among the pool's files it names (bge +0.008, MiniLM -0.001, docstring -0.015), a file
+stem that begins the identifier (``format.h`` for ``formatter``: +0.0002), file evidence
+weighted by a span's length (semble level, docs -0.005), no preamble rule for a module's index
+file (``mod.rs``: 2 questions up, 3 down).
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rag_mcp.index.lexical import STOP_WORDS, split_identifier, tokenize
-from rag_mcp.index.spans import is_test_file
+from rag_mcp.index.spans import TEST_WORDS, is_test_file
+from rag_mcp.search.paths import base_file, path_share, stem, subjects, telling_words
 
 if TYPE_CHECKING:
     from rag_mcp.search.retrieve import Hit
@@ -123,9 +132,6 @@ CODE_QUESTION = re.compile(
 HOW_QUESTION = re.compile(r"(?i)^\s*" + _HOW)
 #: the share of ``path`` a question about how the code works gets
 HOW_PATH = 0.5
-#: a query word that names more than this share of the pool's files tells none of them apart
-#: (``schema`` in a schema library's ``schemas.ts`` files): it earns no path credit
-COMMON_PATH = 0.5
 #: words that name code rather than prose
 CODE_WORDS = frozenset({"function", "functions", "method", "methods", "class", "classes",
                         "implementation", "implemented", "implements", "internally", "struct",
@@ -162,6 +168,7 @@ class Weights:
     docs: float = 0.15
     docs_symbol: float = 0.1
     changelog: float = 0.15
+    test: float = 0.1
     spread: float = 0.2
 
 
@@ -193,6 +200,7 @@ class QueryIntent:
     docs: bool  # it asks about documentation
     code: bool  # it asks about code: names an identifier, or how the code works
     how: bool = False  # it asks how the code works (``HOW_QUESTION``)
+    tests: bool = False  # it mentions tests (``TEST_WORDS``)
 
 
 def intent(query: str) -> QueryIntent:
@@ -214,65 +222,8 @@ def intent(query: str) -> QueryIntent:
     code = not docs and (bool(names) or CODE_QUESTION.match(q) is not None
                          or not CODE_WORDS.isdisjoint(lowered))
     how = HOW_QUESTION.match(q) is not None
-    return QueryIntent(frozenset(names), bare, frozenset(words), docs, code, how)
-
-
-def _base_file(path: str) -> str:
-    """``a/SqlMapper.Async.cs`` -> ``a/SqlMapper.cs``: the file a partial file belongs to."""
-    head, _, name = path.rpartition("/")
-    first, _, rest = name.partition(".")
-    if not first or not rest:
-        return path
-    base = f"{first}.{rest.rpartition('.')[2]}"
-    return f"{head}/{base}" if head else base
-
-
-def _subjects(path: str, pool: Iterable[str]) -> list[str]:
-    """The ``pool`` files ``path`` is part of: a partial file's base file (``SqlMapper.Async.cs``,
-    ``router.test.ts`` -> ``SqlMapper.cs``, ``router.ts``), or the files a test is named after
-    (``completions_test.go``, ``test_app.py``, ``RouterTest.java`` -> ``completions.go``,
-    ``app.py``, ``Router.java``, in any folder: what is left of the name is one test word)."""
-    base = _base_file(path)
-    if base != path or not is_test_file(path):
-        return [base] if base != path and base in pool else []
-    stem, ext = _stem(path).casefold(), path.rpartition(".")[2]
-    return [p for p in pool if p != path and p.endswith("." + ext) and not is_test_file(p)
-            and (s := _stem(p).casefold()) in stem and is_test_file(rest := stem.replace(s, "", 1))
-            and len(split_identifier(rest)) == 1]
-
-
-def _stem(path: str) -> str:
-    """A file's name without its last suffix (``SqlMapper.Async.cs`` -> ``SqlMapper.Async``)."""
-    name = path.rsplit("/", 1)[-1]
-    return name.rsplit(".", 1)[0] if "." in name[1:] else name
-
-
-@functools.lru_cache(maxsize=65_536)
-def _path_words(path: str) -> frozenset[str]:
-    """Words of a file's name and its folder's: ``middleware/request_id.go`` -> request, id,
-    requestid, middleware."""
-    parts = path.split("/")
-    stem = _stem(path)
-    out = set(split_identifier(re.sub(r"[-.]", "_", stem)))
-    out.add(re.sub(r"[-_.]", "", stem.casefold()))
-    if len(parts) > 1:
-        out.update(split_identifier(parts[-2].replace("-", "_")))
-    return frozenset(p for p in out if p)
-
-
-def _word_match(a: str, b: str) -> bool:
-    """Two words that are the same or one a prefix of the other (route/router, serial/
-    serializer), the shorter at least 3 letters, also once a plural's ``s`` is dropped
-    (utils/utility, impls/implementations: 4 letters left at least), or sharing a 5-letter
-    beginning."""
-    if a == b:
-        return True
-    short, long_ = (a, b) if len(a) <= len(b) else (b, a)
-    if len(short) >= 3 and long_.startswith(short):
-        return True
-    if len(short) >= 5 and short[-1] == "s" and long_.startswith(short[:-1]):
-        return True
-    return len(short) >= 5 and long_[:5] == short[:5]
+    tests = not TEST_WORDS.isdisjoint(lowered)
+    return QueryIntent(frozenset(names), bare, frozenset(words), docs, code, how, tests)
 
 
 def name_evidence(c: Candidate, q: QueryIntent, w: Weights) -> float:
@@ -290,35 +241,20 @@ def name_evidence(c: Candidate, q: QueryIntent, w: Weights) -> float:
         s += max(w.member, w.name / 2 if last.lower() in lowered else 0.0)
     elif sym and last.lower() in lowered:
         s += w.name / 2
-    stem = re.sub(r"[-_]", "", _stem(c.path).lower())
-    if stem in lowered or stem.rstrip("s") in lowered:
+    named = re.sub(r"[-_]", "", stem(c.path).lower())
+    if named in lowered or named.rstrip("s") in lowered:
         s += w.name_file
     return s
 
 
-def _names(word: str, path: str) -> bool:
-    return any(_word_match(word, x) for x in _path_words(path))
-
-
-def path_share(path: str, q: QueryIntent, words: frozenset[str] | None = None) -> float:
-    """The share of the query's content words (or of ``words``, a subset: ``telling_words``)
-    that name the file or its folder."""
-    ws = q.words if words is None else words
-    return sum(_names(k, path) for k in ws) / len(ws) if ws else 0.0
-
-
-def telling_words(paths: set[str], q: QueryIntent) -> frozenset[str]:
-    """The query's content words that name at most ``COMMON_PATH`` of ``paths`` (the pool's
-    files): a word in most of their names is the project's own vocabulary (``schema`` in a
-    schema library, ``json`` in a JSON library) and tells no file from another."""
-    limit = COMMON_PATH * len(paths)
-    return frozenset(k for k in q.words if sum(_names(k, p) for p in paths) <= limit)
-
-
-def base_evidence(c: Candidate, q: QueryIntent, w: Weights, shares: dict[str, float]) -> float:
-    """The candidate's own evidence: names, path words, docs intent, changelogs
-    (``shares``: path -> ``path_share`` over the pool's ``telling_words``)."""
+def base_evidence(c: Candidate, q: QueryIntent, w: Weights, shares: dict[str, float],
+                  tested: AbstractSet[str] = frozenset()) -> float:
+    """The candidate's own evidence: names, path words, docs intent, changelogs, tests
+    (``shares``: path -> ``path_share`` over the pool's ``telling_words``; ``tested``: the
+    pool's tests whose subject file is in the pool too)."""
     s = c.score
+    if c.kind == "code" and c.path in tested:
+        s -= w.test  # the code it tests is in the pool: that answers first
     if q.bare:
         s += name_evidence(c, q, w)
     if q.code and w.example and EXAMPLE_DIR.search(c.path):
@@ -328,7 +264,7 @@ def base_evidence(c: Candidate, q: QueryIntent, w: Weights, shares: dict[str, fl
     if q.words and not q.bare and w.path:
         s += w.path * shares.get(c.path, 0.0) * (HOW_PATH if q.how else 1.0)
     if c.kind != "code":
-        if CHANGELOG.match(_stem(c.path)):
+        if CHANGELOG.match(stem(c.path)):
             s -= w.changelog
         if q.code:
             s -= w.docs + (w.docs_symbol if q.bare else 0.0)
@@ -339,7 +275,7 @@ def file_evidence(cands: Sequence[Candidate], scores: list[float], w: Weights) -
     """Add each file's share of the pool's top to its best span (in place)."""
     if not w.file or not scores:
         return
-    crowd = Counter(_base_file(c.path) for c in cands[:CROWD_TOP])
+    crowd = Counter(base_file(c.path) for c in cands[:CROWD_TOP])
     if max(crowd.values()) < FILE_CROWD:
         return  # no file crowds the top: which files the pool's spans share is chance
     floor = max(scores) - FILE_BAND
@@ -352,7 +288,7 @@ def file_evidence(cands: Sequence[Candidate], scores: list[float], w: Weights) -
     # a partial file or a test lends its evidence to the files it is about (``_subjects``)
     lent: dict[str, float] = defaultdict(float)
     for path, m in mass.items():
-        for base in _subjects(path, mass):
+        for base in subjects(path, mass):
             lent[base] += m
     for base, m in lent.items():
         mass[base] += m
@@ -369,6 +305,8 @@ def spread(cands: Sequence[Candidate], scores: list[float], w: Weights, gap: int
     if not w.spread:
         return order
     ranges: dict[str, list[list[int]]] = defaultdict(list)
+    base = [base_file(c.path) for c in cands]
+    family: dict[str, int] = defaultdict(int)  # answers of a base file and its partial files
     effective = {i: scores[i] for i in order}  # a file's penalty changes when it gets an answer
     out: list[int] = []
     while effective and len(out) < SPREAD_DEPTH:
@@ -379,14 +317,17 @@ def spread(cands: Sequence[Candidate], scores: list[float], w: Weights, gap: int
         r = _joins(mine, c, gap, max_lines)
         if r is None:
             mine.append([c.start_line, c.end_line])
+            family[base[i]] += 1
         else:
             r[0], r[1] = min(r[0], c.start_line), max(r[1], c.end_line)
         out.append(i)
-        penalty = w.spread * max(0, len(mine) - SPREAD_FREE + 1)
         for j in effective:
-            if cands[j].path == c.path:
-                joins = _joins(mine, cands[j], gap, max_lines) is not None
-                effective[j] = scores[j] - (0.0 if joins else penalty)
+            if cands[j].path == c.path and _joins(mine, cands[j], gap, max_lines) is not None:
+                effective[j] = scores[j]
+            elif cands[j].path == c.path or base[i] == base[j] != cands[j].path:
+                # a partial file counts its family's answers; the base file its own
+                n = family[base[j]] if base[j] != cands[j].path else len(mine)
+                effective[j] = scores[j] - w.spread * max(0, n - SPREAD_FREE + 1)
     # past the answers any k reaches: the rest by score
     return out + sorted(effective, key=lambda x: -scores[x])
 
@@ -425,12 +366,14 @@ def rank(query: str, cands: Sequence[Candidate], w: Weights = DEFAULT, *, gap: i
     if not head or w == OFF:
         return list(range(len(cands)))
     q = intent(query)
+    paths = {c.path for c in head}
     shares: dict[str, float] = {}
     if q.words and not q.bare and w.path:
-        paths = {c.path for c in head}
-        told = telling_words(paths, q)
-        shares = {p: path_share(p, q, told) for p in paths}
-    scores = [base_evidence(c, q, w, shares) for c in head]
+        told = telling_words(paths, q.words)
+        shares = {p: path_share(p, told) for p in paths}
+    tested = {p for p in paths if is_test_file(p) and subjects(p, paths)} \
+        if w.test and not q.tests else set()
+    scores = [base_evidence(c, q, w, shares, tested) for c in head]
     file_evidence(head, scores, w)
     return spread(head, scores, w, gap, max_lines) + list(range(len(head), len(cands)))
 

@@ -24,7 +24,7 @@ from rag_mcp.errors import IndexUnavailable, InvalidArgument
 from rag_mcp.index.catalog import SpanRow
 from rag_mcp.index.handle import IndexHandle, OpenIndex, index_command
 from rag_mcp.index.lexical import BM25_K1, LexicalIndex, tokenize
-from rag_mcp.index.spans import Span, is_test_code, query_embedding_text
+from rag_mcp.index.spans import TEST_WORDS, Span, is_test_code, query_embedding_text
 from rag_mcp.search.fusion import (
     FUSIONS,
     Calibration,
@@ -45,8 +45,6 @@ LANGUAGE_ALIASES = {
     "yml": "yaml", "restructuredtext": "rst", "wiki": "dokuwiki", "txt": "text",
 }
 _GLOB = re.compile(r"[*?\[]")
-#: query tokens that ask about tests: a short query with one of them gets no test penalty
-TEST_WORDS = frozenset({"test", "tests", "testing", "tested", "unittest", "spec", "specs"})
 
 
 @dataclass(frozen=True, slots=True)
