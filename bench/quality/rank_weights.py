@@ -197,6 +197,7 @@ def variants() -> list[tuple[str, R.Weights]]:
               "file-level evidence (file)": dict(file=0.0),
               "docs second (docs, docs_symbol)": dict(docs=0.0, docs_symbol=0.0),
               "changelogs last (changelog)": dict(changelog=0.0),
+              "tests after the code they test (test)": dict(test=0.0),
               "spread over files (spread)": dict(spread=0.0)}
     out += [(f"without {k}", replace(d, **v)) for k, v in groups.items()]
     return out
