@@ -149,7 +149,9 @@ CROWD_TOP = 10
 SPREAD_FREE = 1
 #: the candidates the stage reorders (the fusion's order beyond)
 DEPTH = 50
-#: answers the spread pass places one by one (rag_query's largest k); the rest by score
+#: answers the spread pass places one by one (rag_query's largest k); the rest by score. An
+#: answer is a range: spans that join one count once (a page of short sections is one range of
+#: many spans, and counting spans ended the pass inside it, leaving the rest unspread)
 SPREAD_DEPTH = 20
 
 
@@ -309,7 +311,8 @@ def spread(cands: Sequence[Candidate], scores: list[float], w: Weights, gap: int
     family: dict[str, int] = defaultdict(int)  # answers of a base file and its partial files
     effective = {i: scores[i] for i in order}  # a file's penalty changes when it gets an answer
     out: list[int] = []
-    while effective and len(out) < SPREAD_DEPTH:
+    answers = 0
+    while effective and answers < SPREAD_DEPTH:
         i = max(effective, key=effective.__getitem__)  # ties: the fusion's order (dict order)
         del effective[i]
         c = cands[i]
@@ -318,6 +321,7 @@ def spread(cands: Sequence[Candidate], scores: list[float], w: Weights, gap: int
         if r is None:
             mine.append([c.start_line, c.end_line])
             family[base[i]] += 1
+            answers += 1
         else:
             r[0], r[1] = min(r[0], c.start_line), max(r[1], c.end_line)
         out.append(i)
