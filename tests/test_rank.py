@@ -324,3 +324,17 @@ def test_a_file_preamble_comes_after_the_code_for_a_code_question() -> None:
     later = [replace(cands[0], start_line=40, end_line=45), cands[1]]
     assert later[R.rank("how are results materialized", later)[0]].path == "src/rows.cs"
     assert cands[R.rank("results materialized", cands)[0]].path == "src/rows.cs"
+
+
+def test_spread_counts_answers_not_spans() -> None:
+    # a page of 25 short adjacent sections is one answer (they join into ranges of up to 150
+    # lines); counted span by span, the spread pass ended inside it and the page's second range
+    # took the next slot unspread, ahead of another page's section
+    page = [_c("docker.md", 0.80 - i / 1000, start=1 + 6 * i, end=5 + 6 * i, kind="doc")
+            for i in range(25)]
+    far = [_c("docker.md", 0.78, start=400 + 6 * i, end=404 + 6 * i, kind="doc") for i in range(3)]
+    other = _c("server-workers.md", 0.70, start=127, end=131, kind="doc")
+    cands = [*page, *far, other]
+    order = R.rank("containers and docker", cands)
+    first_far = min(order.index(len(page) + j) for j in range(len(far)))
+    assert order.index(len(cands) - 1) < first_far

@@ -149,9 +149,8 @@ CROWD_TOP = 10
 SPREAD_FREE = 1
 #: the candidates the stage reorders (the fusion's order beyond)
 DEPTH = 50
-#: answers the spread pass places one by one (rag_query's largest k); the rest by score. An
-#: answer is a range: spans that join one count once (a page of short sections is one range of
-#: many spans, and counting spans ended the pass inside it, leaving the rest unspread)
+#: answers (ranges: spans that join one count once) the spread pass places one by one
+#: (rag_query's largest k); the rest by score
 SPREAD_DEPTH = 20
 
 
@@ -311,7 +310,7 @@ def spread(cands: Sequence[Candidate], scores: list[float], w: Weights, gap: int
     family: dict[str, int] = defaultdict(int)  # answers of a base file and its partial files
     effective = {i: scores[i] for i in order}  # a file's penalty changes when it gets an answer
     out: list[int] = []
-    answers = 0
+    answers = 0  # ranges placed: joined spans are one answer
     while effective and answers < SPREAD_DEPTH:
         i = max(effective, key=effective.__getitem__)  # ties: the fusion's order (dict order)
         del effective[i]
