@@ -11,6 +11,8 @@ is one generic loop keyed on the query's capture names:
 - ``@doc`` (comments, decorators, attributes): joins the definition right below it.
 - ``@block`` (statement lists): a unit over the budget is cut only between their children.
   ``@doc`` and ``@block`` patterns list plain node types (checked when the grammar loads).
+- ``@export`` (a name a re-export publishes: Rust ``pub use``, ``export { A } from``): the
+  statement's span carries the names as ``("exports", "A B")`` in its meta.
 
 Symbols are dotted paths: ``Indexer.run``, ``Outer.Inner.m``, Go ``Store.Get`` (receiver),
 Rust ``Span.len`` (``impl Span``), and a C++ out-of-line ``Cache::find`` is ``Cache.find``:
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from indexers.languages import Grammar
 
 #: bump when the spans produced for the same file change; the index rebuilds on a mismatch
-CHUNKER_VERSION = "code-4"
+CHUNKER_VERSION = "code-5"
 
 _LEAF_KINDS = frozenset({"function", "method", "macro"})
 #: containers whose functions are not methods
@@ -168,6 +170,7 @@ class _Layout:
         self.offsets = list(accumulate(map(len, lines), initial=0))
         self.defs: dict[int, _Def] = {}
         self.def_spans: list[tuple[int, int, int]] = []  # (start_byte, end_byte, id), sorted
+        self.exports: list[tuple[int, int, str]] = []  # (byte, row, name): re-exported names
         self.drafts: list[Draft] = []
         #: the file's first non-blank row (a comment there is the file's header)
         self.head = next((row for row, line in enumerate(lines) if line.strip()), 0)
@@ -191,6 +194,9 @@ class _Layout:
         found: dict[int, tuple[Node, str, Node, list[Node] | None]] = {}
         pattern_of: dict[int, int] = {}  # definition node id -> the pattern that named it
         for pattern, captures in QueryCursor(self.grammar.definitions).matches(root):
+            self.exports.extend((n.start_byte, n.start_point[0],
+                                 _clean_name(self.source[n.start_byte : n.end_byte]))
+                                for n in captures.get("export", ()))
             names = captures.get("name")
             if not names:
                 continue
@@ -337,17 +343,23 @@ class _Layout:
                     first <= item.first and item.last <= last
                 ):
                     context = preview_of(self.lines[item.first])  # a piece of a long statement
+            exported = self.exported(first, last)
             if scope is None:
                 preview = self.runpreview_of(run, first, last)
-                self.drafts.append((first, last, None, None, preview, context, ()))
+                self.drafts.append((first, last, None, None, preview, context, exported))
                 continue
-            meta: tuple[tuple[str, str], ...] = (("def", scope.kind),)
+            meta: tuple[tuple[str, str], ...] = (("def", scope.kind), *exported)
             if first <= scope.signature_row <= last:
                 preview = scope.signature
                 meta = (*meta, ("head", "1"))  # the container's head: its members follow
             else:
                 preview = self.runpreview_of(run, first, last)
             self.drafts.append((first, last, scope.symbol, scope.parent, preview, context, meta))
+
+    def exported(self, first: int, last: int) -> tuple[tuple[str, str], ...]:
+        """``(("exports", "A B"),)`` for the names re-exported on rows ``first..last``."""
+        names = dict.fromkeys(name for _, row, name in sorted(self.exports) if first <= row <= last)
+        return (("exports", " ".join(names)),) if names else ()
 
     def runpreview_of(self, run: list[_Item], first: int, last: int) -> str:
         """The first line of the piece that is not a comment."""

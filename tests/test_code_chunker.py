@@ -111,6 +111,25 @@ def test_only_a_containers_signature_span_is_its_head() -> None:
                 and "head" in dict(c.meta)]
 
 
+def test_a_re_export_carries_the_names_it_publishes() -> None:
+    rust = ("pub use core::extract::{FromRef, FromRequest as Extract, parts::{Head, Body}};\n"
+            "pub use crate::json::Json;\n"
+            "use std::fmt;\n"
+            "\n"
+            "pub fn handler() {}\n")
+    first, handler = chunk_code(rust, "rust")
+    assert dict(first.meta) == {"exports": "FromRef Extract Head Body Json"}  # not `fmt`
+    assert dict(handler.meta) == {"def": "function"}
+    ts = ('export { ZodType, ZodError as Failure } from "./core";\n'
+          'export * from "./schemas";\n'
+          "\n"
+          "export function parse() {}\n")
+    for language in ("typescript", "javascript"):
+        chunks = chunk_code(ts, language)
+        assert dict(chunks[0].meta) == {"exports": "ZodType Failure"}, language
+        assert "exports" not in dict(chunks[-1].meta)
+
+
 def test_decorated_function_keeps_decorators_and_leading_comment() -> None:
     text = (
         "import functools\n"

@@ -338,3 +338,20 @@ def test_spread_counts_answers_not_spans() -> None:
     order = R.rank("containers and docker", cands)
     first_far = min(order.index(len(page) + j) for j in range(len(far)))
     assert order.index(len(cands) - 1) < first_far
+
+
+def test_a_name_defined_elsewhere_is_found_where_it_is_re_exported() -> None:
+    # `FromRequest` is defined in another crate: `pub use core::{FromRequest, ...}` is where it
+    # enters this one; spans that implement it or name a part of it (`Request`) come after
+    reexport = _c("src/extract/mod.rs", 0.55, start=1, end=40)
+    cands = [_c("src/json.rs", 0.60, symbol="Json.from_request", definition="method"),
+             _c("src/middleware/map_request.rs", 0.59, symbol="Request", definition="type"),
+             replace(reexport, exports=frozenset({"FromRef", "FromRequest"}))]
+    assert R.rank("FromRequest", cands)[0] == 2
+    assert R.rank("FromRequest", [*cands[:2], reexport])[0] != 2  # without its exports
+    # a definition in this repository still comes first
+    cands.append(_c("src/extract/from_request.rs", 0.50, start=10, end=30, symbol="FromRequest",
+                    definition="trait"))
+    assert R.rank("FromRequest", cands)[0] == 3
+    # and a question in words gives a re-export nothing
+    assert R.rank("how are request bodies extracted", cands[:3])[0] != 2

@@ -103,6 +103,10 @@
 (function_expression name: (identifier) @name) @definition.function
 (generator_function name: (identifier) @name) @definition.function
 
+; Re-exports (@export, no span of their own): `export { A, B as C } from "./x"` publishes A and C.
+(export_statement (export_clause (export_specifier name: (_) @export !alias)))
+(export_statement (export_clause (export_specifier alias: (_) @export)))
+
 ; Leading trivia: attached to the definition that follows without a blank line.
 (comment) @doc
 (decorator) @doc

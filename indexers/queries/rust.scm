@@ -18,6 +18,24 @@
 ; an impl for a type without a plain name: `impl Trait for bool`, `for &'a str`, `for [T]`
 (impl_item type: (_) @name) @definition.impl
 
+; Re-exports (@export, no span of their own): `pub use a::{B, c::D, E as F}` publishes B, D and
+; F here, which is where a name defined in another crate enters this one.
+(use_declaration (visibility_modifier) argument: [
+  (identifier) @export
+  (scoped_identifier name: (identifier) @export)
+  (use_as_clause alias: (identifier) @export)])
+(use_declaration (visibility_modifier) argument: [
+  (use_list [
+    (identifier) @export
+    (scoped_identifier name: (identifier) @export)
+    (use_as_clause alias: (identifier) @export)
+    (scoped_use_list list: (use_list (identifier) @export))])
+  (scoped_use_list list: (use_list [
+    (identifier) @export
+    (scoped_identifier name: (identifier) @export)
+    (use_as_clause alias: (identifier) @export)
+    (scoped_use_list list: (use_list (identifier) @export))]))])
+
 ; Leading trivia: attached to the definition that follows without a blank line.
 (line_comment) @doc
 (block_comment) @doc
