@@ -228,6 +228,7 @@ class _Layout:
                 row = node.start_point[0]  # `typedef struct {...} name;`: the name trails
             self.defs[node.id] = _Def(kind, name, row)
         self.def_spans = sorted((n.start_byte, n.end_byte, n.id) for n, *_ in found.values())
+        self.exports.sort()  # in file order, once: every run of statements reads them
 
     def holds_definition(self, node: Node) -> bool:
         """Whether a definition other than ``node`` itself lies inside ``node``."""
@@ -358,7 +359,7 @@ class _Layout:
 
     def exported(self, first: int, last: int) -> tuple[tuple[str, str], ...]:
         """``(("exports", "A B"),)`` for the names re-exported on rows ``first..last``."""
-        names = dict.fromkeys(name for _, row, name in sorted(self.exports) if first <= row <= last)
+        names = dict.fromkeys(name for _, row, name in self.exports if first <= row <= last)
         return (("exports", " ".join(names)),) if names else ()
 
     def runpreview_of(self, run: list[_Item], first: int, last: int) -> str:
