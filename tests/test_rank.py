@@ -221,6 +221,21 @@ def test_a_partial_file_lends_its_evidence_to_its_base_file() -> None:
     assert order.index("src/Mapper.cs") < order.index("src/Other.cs")
 
 
+def test_the_base_file_of_partial_files_that_crowd_the_top_leads() -> None:
+    # three partial files of one class crowd the top: the base file holds the class's core
+    cands = [_c("src/Mapper.Rows.cs", 0.60), _c("src/Mapper.Cache.cs", 0.595),
+             _c("src/Mapper.Async.cs", 0.59), _c("src/Other.cs", 0.58),
+             _c("src/Mapper.cs", 0.565)]
+    query = "how results are read"
+    assert cands[R.rank(query, cands)[0]].path == "src/Mapper.cs"
+    without = replace(R.DEFAULT, family=0.0)
+    assert cands[R.rank(query, cands, without)[0]].path == "src/Mapper.Rows.cs"
+    # a test of the file is no partial of it: the file gets no more than its evidence
+    tests = [_c("src/mapper_test.go", 0.60), _c("src/mapper_test.go", 0.595, 100, 110),
+             _c("src/mapper_test.go", 0.59, 200, 210), _c("src/mapper.go", 0.52)]
+    assert R.rank(query, tests, without) == R.rank(query, tests)
+
+
 def test_a_test_lends_its_evidence_to_the_file_it_is_named_after() -> None:
     # the test's spans crowd the top: the code it tests is the subject, before a file of chance
     cands = [_c("pkg/complete_test.go", 0.60), _c("pkg/complete_test.go", 0.595, 100, 110),
