@@ -113,10 +113,13 @@ def build() -> EvalSet:
     found = {lang: pages(tree, lang) for lang in WIKIS}
     rows: list[dict] = []
 
-    def gold(wiki: str, rel: str, t: dict, english: bool) -> dict:
+    def gold(wiki: str, rel: str, t: dict, english: bool) -> list[dict]:
         lines = (SET / wiki / rel).read_text(encoding="utf-8").split("\n")
-        s, e = gold_lines(lines, t.get("from"), t.get("until")) if english else (1, len(lines))
-        return {"path": rel, "start_line": s, "end_line": e}
+        if not english:
+            return [{"path": rel, "start_line": 1, "end_line": len(lines)}]
+        return [{"path": rel, "start_line": s, "end_line": e}
+                for s, e in (gold_lines(lines, x.get("from"), x.get("until"))
+                             for x in (t, *t.get("also", ())))]
 
     for lang in WIKIS:
         rels = {pid: _place(src, lang, pid) for pid, src in found[lang].items()}
@@ -124,7 +127,7 @@ def build() -> EvalSet:
             if t["page"] in rels:
                 g = gold(lang, rels[t["page"]], t, lang == "en")
                 rows += [{"id": f"{t['id']}.{q}>{lang}", "query": t[q], "corpus": lang,
-                          "qlang": q, "pair": f"{q}>{lang}", "gold": [g]}
+                          "qlang": q, "pair": f"{q}>{lang}", "gold": g}
                          for q in WIKIS if q in t and f"{q}>{lang}" in PAIRS]
     mixed = {"en": {pid: _place(src, "mix", pid) for pid, src in found["en"].items()},
              "de": {pid: _place(src, "mix", f"de:{pid}") for pid, src in found["de"].items()}}
@@ -134,7 +137,8 @@ def build() -> EvalSet:
         for q in ("en", "de"):
             where = "same" if q in golds else "other"
             rows.append({"id": f"{t['id']}.{q}>mix", "query": t[q], "corpus": "mix",
-                         "qlang": q, "pair": f"{q}>mix({where})", "gold": list(golds.values())})
+                         "qlang": q, "pair": f"{q}>mix({where})",
+                         "gold": [g for gs in golds.values() for g in gs]})
     with (SET / "queries.jsonl").open("w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     return EvalSet(NAME, SET, rows)
