@@ -183,6 +183,14 @@ def test_a_plural_file_name_matches_the_word_it_abbreviates() -> None:
     assert not P.word_match("bus", "bu")
 
 
+def test_a_page_of_prose_gets_no_path_credit_from_the_stage() -> None:
+    # the page index counts a page's path already; the stage counts it for code only
+    pages = [_c("wiki/edit.txt", 0.60, kind="doc"), _c("wiki/users/locked.txt", 0.58, kind="doc")]
+    assert R.rank("why is the user account locked", pages)[0] == 0
+    code = [_c("src/edit.py", 0.60), _c("src/users/locked.py", 0.58)]
+    assert code[R.rank("why is the user account locked", code)[0]].path == "src/users/locked.py"
+
+
 def test_a_word_in_most_of_the_pools_file_names_earns_no_path_credit() -> None:
     # "schema" names three of the four files (a schema library's vocabulary): it tells none
     # of them apart, so the file the fusion put first keeps its lead
